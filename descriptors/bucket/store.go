@@ -16,8 +16,9 @@ const shardCount = 256
 const DefaultMaxBuckets = 1_000_000
 
 // entry is a bucket as stored: its state and the limit it enforces, which the
-// sweeper needs to decide whether the bucket has refilled. Values, not pointers,
-// live in the maps: one bucket costs its map slot and nothing else.
+// sweeper needs to decide whether the bucket has refilled. Maps hold pointers so
+// a decision costs one map lookup under the shard lock, not a lookup and a store;
+// an entry is 32 bytes, one allocation when its key is first seen.
 type entry struct {
 	State
 	params *Params
@@ -25,8 +26,8 @@ type entry struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[uint64]entry
-	_  [40]byte // keep neighbouring shards' locks off one cache line
+	m  map[uint64]*entry
+	_  [48]byte // keep neighbouring shards' locks off one cache line
 }
 
 // Store holds every live bucket, keyed by a 64-bit hash of the rule's identity
@@ -48,7 +49,7 @@ func NewStore(max int) *Store {
 	}
 	s := &Store{max: int64(max)}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]entry)
+		s.shards[i].m = make(map[uint64]*entry)
 	}
 	return s
 }
@@ -69,19 +70,19 @@ type Request struct {
 func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed bool) {
 	sh := &s.shards[r.Key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[r.Key]
-	if !ok {
+	e := sh.m[r.Key]
+	if e == nil {
 		if s.live.Load() >= s.max {
 			sh.mu.Unlock()
 			s.overflow.Add(1)
 			return s.doOverflow(r, wt, now), true
 		}
 		s.live.Add(1)
-		e = entry{State: Full(now, wt), params: r.Params}
+		e = &entry{State: Full(now, wt), params: r.Params}
+		sh.m[r.Key] = e
 	}
 	e.Advance(r.Params, wt, now)
 	res = e.Apply(r.Params, wt.W, r.Op, r.N)
-	sh.m[r.Key] = e
 	sh.mu.Unlock()
 	return res, false
 }
@@ -89,14 +90,14 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 func (s *Store) doOverflow(r Request, wt *Weight, now int64) Result {
 	sh := &s.shards[r.OverflowKey%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[r.OverflowKey]
-	if !ok {
-		e = entry{State: Full(now, wt), params: r.Params}
+	e := sh.m[r.OverflowKey]
+	if e == nil {
+		e = &entry{State: Full(now, wt), params: r.Params}
 		e.overflow = true
+		sh.m[r.OverflowKey] = e
 	}
 	e.Advance(r.Params, wt, now)
 	res := e.Apply(r.Params, wt.W, r.Op, r.N)
-	sh.m[r.OverflowKey] = e
 	sh.mu.Unlock()
 	return res
 }
@@ -106,13 +107,15 @@ func (s *Store) doOverflow(r Request, wt *Weight, now int64) Result {
 func (s *Store) Peek(key uint64, wt *Weight, now int64) (State, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[key]
-	sh.mu.Unlock()
-	if !ok {
+	e := sh.m[key]
+	if e == nil {
+		sh.mu.Unlock()
 		return Full(now, wt), false
 	}
-	e.Advance(e.params, wt, now)
-	return e.State, true
+	st := e.State
+	sh.mu.Unlock()
+	st.Advance(e.params, wt, now)
+	return st, true
 }
 
 // Live is the number of buckets counted against the cap.

@@ -1,0 +1,203 @@
+package descriptors
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+const benchConfig = `
+domain: edge
+descriptors:
+  - key: generic_key
+    value: checkout
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: header_match
+    value: api
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: minute, requests_per_unit: 1000000000}
+`
+
+// ipValues returns n distinct IPv4-looking strings.
+func ipValues(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+	}
+	return out
+}
+
+func benchEngine(b *testing.B) *Engine {
+	set := mustParse(b, benchConfig)
+	if len(set.Rules) != 4 {
+		b.Fatalf("fixture has %d rules", len(set.Rules))
+	}
+	return NewEngine(set, 0.25, bucket.NewStore(0))
+}
+
+// mustMatch guards the benchmark against a fixture that matches nothing: a
+// decision without a limit is cheap and would make the numbers meaningless.
+func mustMatch(b *testing.B, e *Engine, descs []*commonv3.RateLimitDescriptor) {
+	out, _, err := e.Decide("edge", descs, 1, 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, st := range out {
+		if st.Limit == nil {
+			b.Fatalf("descriptor %d matched no limit", i)
+		}
+	}
+}
+
+// BenchmarkDecideFixedRule decides one descriptor on a fixed (exact) rule. The
+// serial figure is the cost of a decision; the parallel one adds two cores
+// contending for the one bucket, which a single token bucket must serialise.
+func BenchmarkDecideFixedRule(b *testing.B) {
+	e := benchEngine(b)
+	clock := Clock()
+	descs := []*commonv3.RateLimitDescriptor{desc("generic_key=checkout")}
+	mustMatch(b, e, descs)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		out := make([]Status, 0, 1)
+		for i := 0; i < b.N; i++ {
+			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			out := make([]Status, 0, 1)
+			for pb.Next() {
+				out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+			}
+		})
+	})
+}
+
+// BenchmarkDecidePerValue100k decides over 100k existing per-IP buckets. Each
+// goroutine reuses one request and changes its value, as a freshly decoded
+// request sits in cache in the server.
+func BenchmarkDecidePerValue100k(b *testing.B) {
+	e := benchEngine(b)
+	clock := Clock()
+	ips := ipValues(100_000)
+	for _, ip := range ips {
+		e.Decide("edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
+	}
+	if e.Store().Live() != len(ips) {
+		b.Fatalf("%d live buckets, want %d", e.Store().Live(), len(ips))
+	}
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]Status, 0, 1)
+		d := desc("remote_address=")
+		descs := []*commonv3.RateLimitDescriptor{d}
+		mustMatch(b, e, descs)
+		i := next.Add(50_000)
+		for pb.Next() {
+			i++
+			d.Entries[0].Value = ips[i%uint64(len(ips))]
+			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+		}
+	})
+}
+
+func BenchmarkDecide10Descriptors(b *testing.B) {
+	e := benchEngine(b)
+	clock := Clock()
+	descs := make([]*commonv3.RateLimitDescriptor, 10)
+	for i := range descs {
+		switch i % 3 {
+		case 0:
+			descs[i] = desc("generic_key=checkout")
+		case 1:
+			descs[i] = desc(fmt.Sprintf("remote_address=10.0.0.%d", i))
+		default:
+			descs[i] = desc("header_match=api", fmt.Sprintf("remote_address=10.1.0.%d", i))
+		}
+	}
+	mustMatch(b, e, descs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]Status, 0, 10)
+		for pb.Next() {
+			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+		}
+	})
+}
+
+// BenchmarkDistinctKeys compares one goroutine with one per core on distinct
+// existing per-IP buckets: the ratio of their ns/op is the parallel speed-up.
+func BenchmarkDistinctKeys(b *testing.B) {
+	for _, par := range []bool{false, true} {
+		name := "serial"
+		if par {
+			name = "parallel"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := benchEngine(b)
+			clock := Clock()
+			ips := ipValues(1 << 16)
+			for _, ip := range ips {
+				e.Decide("edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
+			}
+			var next atomic.Uint64
+			work := func(pb func() bool) {
+				out := make([]Status, 0, 1)
+				d := desc("remote_address=")
+				descs := []*commonv3.RateLimitDescriptor{d}
+				mustMatch(b, e, descs)
+				i := next.Add(1 << 14)
+				for pb() {
+					i++
+					d.Entries[0].Value = ips[i&(1<<16-1)]
+					out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if !par {
+				n := 0
+				work(func() bool { n++; return n <= b.N })
+				return
+			}
+			b.RunParallel(func(pb *testing.PB) { work(pb.Next) })
+		})
+	}
+}
+
+// BenchmarkBucketMemory reports the heap held per live bucket with 1M buckets.
+func BenchmarkBucketMemory(b *testing.B) {
+	const n = 1_000_000
+	b.ReportAllocs()
+	for it := 0; it < b.N; it++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		store := bucket.NewStore(n)
+		wt := bucket.InitialWeight(1)
+		p := &bucket.Params{Rate: 1, Size: 10}
+		for k := uint64(0); k < n; k++ {
+			store.Do(bucket.Request{Key: k * 0x9E3779B97F4A7C15, Params: p, Op: bucket.Draw, N: 1}, wt, 0)
+		}
+		if store.Live() != n {
+			b.Fatalf("%d live buckets", store.Live())
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/bucket")
+		runtime.KeepAlive(store)
+	}
+}

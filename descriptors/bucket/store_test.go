@@ -1,0 +1,127 @@
+package bucket
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestStoreCreatesFullAndKeepsState(t *testing.T) {
+	s := NewStore(10)
+	wt := InitialWeight(1)
+	p := &Params{Rate: 1, Size: 2}
+	r := Request{Key: 1, OverflowKey: 99, Params: p, Op: Draw, N: 1}
+	for i, want := range []bool{true, true, false} {
+		if res, _ := s.Do(r, wt, 0); res.OK != want {
+			t.Fatalf("draw %d: ok=%v", i, res.OK)
+		}
+	}
+	if s.Live() != 1 {
+		t.Fatalf("live %d", s.Live())
+	}
+}
+
+func TestSweepDropsOnlyFullBuckets(t *testing.T) {
+	s := NewStore(100)
+	wt := InitialWeight(1)
+	p := &Params{Rate: 1, Size: 10}
+	s.Do(Request{Key: 1, Params: p, Op: Draw, N: 1}, wt, 0)  // refills in 1 s
+	s.Do(Request{Key: 2, Params: p, Op: Draw, N: 10}, wt, 0) // refills in 10 s
+	if d := s.Sweep(wt, int64(2*time.Second)); d != 1 || s.Live() != 1 {
+		t.Fatalf("dropped %d, live %d", d, s.Live())
+	}
+	// The kept bucket still has its state: 2 of 10 tokens at t=2s.
+	st, ok := s.Peek(2, wt, int64(2*time.Second))
+	if !ok || st.Fill < 0.19 || st.Fill > 0.21 {
+		t.Fatalf("kept bucket %+v ok=%v", st, ok)
+	}
+	// Dropping a full bucket loses nothing: recreating it gives the same answer.
+	if res, _ := s.Do(Request{Key: 1, Params: p, Op: Draw, N: 10}, wt, int64(2*time.Second)); !res.OK {
+		t.Fatal("swept bucket did not come back full")
+	}
+}
+
+func TestCapSendsNewKeysToOverflow(t *testing.T) {
+	s := NewStore(3)
+	wt := InitialWeight(1)
+	p := &Params{Rate: 1, Size: 5}
+	for k := uint64(1); k <= 3; k++ {
+		if _, ovf := s.Do(Request{Key: k, OverflowKey: 1000, Params: p, Op: Draw, N: 1}, wt, 0); ovf {
+			t.Fatalf("key %d overflowed below the cap", k)
+		}
+	}
+	// Past the cap, new keys share one overflow bucket: together they get one
+	// bucket's worth, never more — tighter, never looser.
+	admitted := 0
+	for k := uint64(4); k < 100; k++ {
+		res, ovf := s.Do(Request{Key: k, OverflowKey: 1000, Params: p, Op: Draw, N: 1}, wt, 0)
+		if !ovf {
+			t.Fatalf("key %d did not overflow", k)
+		}
+		if res.OK {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("overflow admitted %d, want the bucket size 5", admitted)
+	}
+	if s.Live() != 3 || s.Overflowed() != 96 {
+		t.Fatalf("live %d overflowed %d", s.Live(), s.Overflowed())
+	}
+	// Existing keys are unaffected by the flood.
+	if res, ovf := s.Do(Request{Key: 1, OverflowKey: 1000, Params: p, Op: Draw, N: 1}, wt, 0); ovf || !res.OK {
+		t.Fatalf("existing key affected: ok=%v ovf=%v", res.OK, ovf)
+	}
+}
+
+func TestConcurrentDrawsNeverOverAdmit(t *testing.T) {
+	s := NewStore(0)
+	wt := InitialWeight(1)
+	p := &Params{Rate: 1e-9, Size: 1000}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			for i := 0; i < 500; i++ {
+				if res, _ := s.Do(Request{Key: 7, Params: p, Op: Draw, N: 1}, wt, 0); res.OK {
+					n++
+				}
+			}
+			mu.Lock()
+			admitted += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if admitted != 1000 {
+		t.Fatalf("admitted %d of a 1000-token bucket", admitted)
+	}
+}
+
+func TestSweeperStopsWithContext(t *testing.T) {
+	s := NewStore(10)
+	wt := InitialWeight(1)
+	s.Do(Request{Key: 1, Params: &Params{Rate: 1000, Size: 1}, Op: Draw, N: 1}, wt, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	swept := make(chan int, 10)
+	done := make(chan error)
+	go func() {
+		done <- s.Sweeper(ctx, time.Millisecond, func() *Weight { return wt }, func() int64 { return int64(time.Hour) }, func(d int) { swept <- d })
+	}()
+	if d := <-swept; d != 1 {
+		t.Errorf("first sweep dropped %d", d)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
