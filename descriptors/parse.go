@@ -683,7 +683,9 @@ func assemble(domains []*Domain, files []string) (*Set, error) {
 	for n := range s.Domains {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return s.Domains[names[i]].File+"\x00"+names[i] < s.Domains[names[j]].File+"\x00"+names[j] })
+	sort.Slice(names, func(i, j int) bool {
+		return s.Domains[names[i]].File+"\x00"+names[i] < s.Domains[names[j]].File+"\x00"+names[j]
+	})
 	var add func(l *level)
 	add = func(l *level) {
 		for _, r := range l.order {
