@@ -1,0 +1,68 @@
+// Command sharelimit is a node-local replacement for Envoy's external rate-limit
+// service. It reads upstream's descriptor YAML, divides each global limit among
+// the replicas that enforce it, and answers Envoy's ShouldRateLimit from memory.
+//
+//	sharelimit [serve] [flags]     run the daemon (the default command)
+//	sharelimit check [--replicas N] PATH...   validate descriptor YAML
+//	sharelimit explain ...         show how a request would be matched and limited
+//	sharelimit bench [flags]       the load generator
+//	sharelimit version
+//
+// main only wires things together; each part lives in its own package.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/sharelimit/sharelimit/loadgen"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, os.Getenv, stderr)
+	case "check":
+		return check(args, stdout, stderr)
+	case "explain":
+		return explain(args, stdout, stderr)
+	case "bench":
+		return loadgen.Main(ctx, args, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "sharelimit %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sharelimit: unknown command %q\n%s", cmd, usage)
+	return 2
+}
+
+const usage = `usage:
+  sharelimit [serve] [flags]                 run the daemon (see sharelimit serve -h)
+  sharelimit check [--replicas N] PATH...    validate descriptor YAML files or directories
+  sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W] key=value...
+                                             show which rule a request matches and its share
+  sharelimit bench [flags]                   Envoy-shaped load generator (see sharelimit bench -h)
+  sharelimit version
+`

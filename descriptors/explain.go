@@ -1,0 +1,136 @@
+package descriptors
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// Explain writes, for each request descriptor, which rule matched at each
+// depth and why, the limit that applies (cluster-wide and this replica's share
+// at weight w), the bucket it draws from, and what replaces dropped. It answers
+// the question upstream's users ask most, how nested descriptors match, without
+// reading code.
+func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLimitDescriptor_Entry, w float64) {
+	fmt.Fprintf(out, "domain %q, weight %.4g: this replica enforces that share of every limit\n", domain, w)
+	d := set.Domains[domain]
+	if d == nil {
+		fmt.Fprintf(out, "\nno file defines domain %q: every descriptor is OK with no limit (as upstream)\n", domain)
+		return
+	}
+	matched := make([]*Rule, len(descs))
+	for i, entries := range descs {
+		fmt.Fprintf(out, "\ndescriptor %d: %s\n", i+1, formatEntries(entries))
+		r, steps := set.Trace(domain, entries)
+		matched[i] = r
+		explainSteps(out, d, steps, len(entries))
+	}
+	// replaces, across the request's descriptors
+	for i, ri := range matched {
+		if ri == nil || len(ri.Limit.Replaces) == 0 {
+			continue
+		}
+		for j, rj := range matched {
+			if j == i || rj == nil || rj.Limit.Name == "" {
+				continue
+			}
+			for _, name := range ri.Limit.Replaces {
+				if name == rj.Limit.Name {
+					fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
+						j+1, name, i+1, ri.Path, j+1)
+				}
+			}
+		}
+	}
+	for i, r := range matched {
+		if r != nil {
+			explainLimit(out, i+1, r, descs[i], w)
+		}
+	}
+}
+
+func formatEntries(entries []*commonv3.RateLimitDescriptor_Entry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = e.GetKey() + "=" + e.GetValue()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func explainSteps(out io.Writer, d *Domain, steps []Step, depth int) {
+	for i, st := range steps {
+		fmt.Fprintf(out, "  depth %d  %s=%q: ", i+1, st.Key, st.Value)
+		r := st.Rule
+		switch {
+		case r == nil:
+			fmt.Fprintf(out, "no rule for key %q at this depth (no exact value, no wildcard, no key-only rule)\n", st.Key)
+			fmt.Fprintf(out, "  result: no limit: OK with no current_limit\n")
+			return
+		case r.Kind == Exact:
+			fmt.Fprintf(out, "exact rule %s (%s)\n", r.Path, r.Pos)
+		case r.Kind == Wildcard:
+			fmt.Fprintf(out, "wildcard rule %s: pattern %q is the first wildcard that matches, in config order (%s)\n", r.Path, r.Value, r.Pos)
+		default:
+			if st.Value == "" {
+				fmt.Fprintf(out, "key-only rule %s: an empty value matches only key-only rules or value \"*\" (%s)\n", r.Path, r.Pos)
+			} else {
+				fmt.Fprintf(out, "key-only rule %s: no exact rule for this value and no wildcard matched (%s)\n", r.Path, r.Pos)
+			}
+		}
+		last := i == depth-1
+		switch {
+		case last && r.Limit == nil:
+			fmt.Fprintf(out, "  result: no limit: the rule at the request's last depth has no rate_limit, and a parent's limit never applies to a deeper request\n")
+		case !last && len(r.Children()) == 0:
+			fmt.Fprintf(out, "  result: no limit: the request has %d entries but the config ends at depth %d; limits apply only at exactly the depth of the last entry\n", depth, i+1)
+			return
+		}
+	}
+}
+
+func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, w float64) {
+	l := r.Limit
+	fmt.Fprintf(out, "\ndescriptor %d is limited by %s", n, r.Path)
+	if l.Name != "" {
+		fmt.Fprintf(out, " (name %q)", l.Name)
+	}
+	fmt.Fprintln(out)
+	if l.Unlimited {
+		fmt.Fprintf(out, "  unlimited: always OK, limit_remaining %d\n", uint32(1<<32-1))
+		return
+	}
+	fmt.Fprintf(out, "  cluster-wide: %s (refills %.6g/s, bucket of %d)\n", l, l.Params.Rate, l.Burst)
+	if l.Params.Blocked() {
+		fmt.Fprintf(out, "  local share: 0: requests_per_unit 0 blocks every request on every replica\n")
+	} else {
+		rate, size := l.Params.Local(w)
+		fmt.Fprintf(out, "  local share: %.6g/s, bucket of %.6g", rate, size)
+		if l.Params.Size*w < 1 {
+			fmt.Fprintf(out, " (B·w = %.3g is below 1: floored at 1 so this replica can pass a request)", l.Params.Size*w)
+		}
+		fmt.Fprintln(out)
+	}
+	var key []string
+	for i, v := range r.varying {
+		if v {
+			key = append(key, entries[i].GetKey()+"="+entries[i].GetValue())
+		}
+	}
+	if len(key) == 0 {
+		what := "one bucket for the rule"
+		if r.ShareThreshold {
+			what = "one bucket shared by every value matching the pattern (share_threshold)"
+		}
+		fmt.Fprintf(out, "  bucket: %s [%s]\n", r.Path, what)
+	} else {
+		fmt.Fprintf(out, "  bucket: %s [%s] (one bucket per distinct value)\n", r.Path, strings.Join(key, ", "))
+	}
+	if r.ShadowMode {
+		fmt.Fprintf(out, "  shadow mode: an over-limit decision is reported OK and counted\n")
+	}
+	if l.Policy == Wait {
+		fmt.Fprintf(out, "  policy wait: an empty bucket holds the answer up to %s for tokens\n", l.MaxWait)
+	}
+}

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"sync"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sharelimit/sharelimit/descriptors"
+)
+
+// maxDetailedValues bounds the label values a detailed_metric or value_to_metric
+// rule may create: past it, further values are counted under "_other_". Request
+// values are chosen by clients; without a bound they would grow memory and the
+// scrape without limit.
+const maxDetailedValues = 100
+
+// Metrics is every Prometheus series the daemon exports, on a registry of its
+// own. Safe for concurrent use.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	decisions     *prometheus.CounterVec
+	detailed      *prometheus.CounterVec
+	shadow        *prometheus.CounterVec
+	noLimit       prometheus.Counter
+	invalid       prometheus.Counter
+	panics        prometheus.Counter
+	waits         prometheus.Counter
+	latency       prometheus.Histogram
+	Reloads       *prometheus.CounterVec
+	ReloadLast    prometheus.Gauge
+	Generation    prometheus.Gauge
+	Rules         prometheus.Gauge
+	MemberTotal   prometheus.Gauge
+	MemberLocal   prometheus.Gauge
+	MemberWeight  prometheus.Gauge
+	MemberLastOK  prometheus.Gauge
+	MemberErrors  prometheus.Gauge
+	BucketsSwept  prometheus.Counter
+	Draining      prometheus.Gauge
+	bound         sync.Map // *descriptors.Set -> *boundRules
+	detailedMu    sync.Mutex
+	detailedCount map[string]int
+}
+
+// NewMetrics registers every series. live, overflowed and max read the bucket
+// store; viewAge reads the age of the membership view.
+func NewMetrics(live func() int, overflowed func() uint64, maxBuckets int, viewAge func() float64) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry(), detailedCount: map[string]int{}}
+	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_decisions_total",
+		Help: "Decisions per descriptor, by domain, rule (the config path, or 'override') and code (OK, OVER_LIMIT)."}, []string{"domain", "rule", "code"})
+	m.detailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_decisions_detailed_total",
+		Help: "Decisions of detailed_metric / value_to_metric rules with the request's value; at most 100 values per rule, then _other_."}, []string{"domain", "rule", "value", "code"})
+	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_shadow_over_limit_total",
+		Help: "Decisions a shadow-mode rule answered OK that would have been OVER_LIMIT."}, []string{"domain", "rule"})
+	m.noLimit = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_no_limit_total",
+		Help: "Descriptors that matched no limit (unknown domain, no rule at that depth, or replaced)."})
+	m.invalid = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_invalid_requests_total",
+		Help: "Requests refused with InvalidArgument."})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_panics_total",
+		Help: "Panics recovered in request handlers and answered Internal."})
+	m.waits = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_wait_policy_delays_total",
+		Help: "Answers held back by a wait-policy reservation."})
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sharelimit_request_duration_seconds",
+		Help:    "Time to decide one ShouldRateLimit request, in the handler.",
+		Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1}})
+	m.Reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_config_reloads_total",
+		Help: "Config loads by result (success, failure)."}, []string{"result"})
+	m.ReloadLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_last_reload_success_timestamp_seconds",
+		Help: "When the config in force was loaded."})
+	m.Generation = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_generation",
+		Help: "Counts successful config loads; the one in force."})
+	m.Rules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_rules",
+		Help: "Descriptors in the config in force."})
+	m.MemberTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_total",
+		Help: "Replicas enforcing the limits, as last observed."})
+	m.MemberLocal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_local",
+		Help: "Replicas on this node, as last observed."})
+	m.MemberWeight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_weight",
+		Help: "This replica's share of every global limit."})
+	m.MemberLastOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_last_success_timestamp_seconds",
+		Help: "When the membership source last confirmed the view (0: never)."})
+	m.MemberErrors = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_errors",
+		Help: "Membership watch errors since start."})
+	m.BucketsSwept = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_buckets_swept_total",
+		Help: "Buckets dropped because they had refilled to full."})
+	m.Draining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_draining",
+		Help: "1 while shutting down."})
+	for _, c := range []prometheus.Collector{m.decisions, m.detailed, m.shadow, m.noLimit, m.invalid, m.panics, m.waits, m.latency,
+		m.Reloads, m.ReloadLast, m.Generation, m.Rules, m.MemberTotal, m.MemberLocal, m.MemberWeight, m.MemberLastOK, m.MemberErrors,
+		m.BucketsSwept, m.Draining} {
+		f(c)
+	}
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_age_seconds",
+		Help: "Seconds since the membership view was last confirmed."}, viewAge))
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_buckets",
+		Help: "Live token buckets (full buckets are swept)."}, func() float64 { return float64(live()) }))
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_buckets_max",
+		Help: "The --max-buckets cap."}, func() float64 { return float64(maxBuckets) }))
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_bucket_overflow_total",
+		Help: "Decisions that used a rule's shared overflow bucket because --max-buckets was reached."}, func() float64 { return float64(overflowed()) }))
+	m.Reloads.WithLabelValues("success")
+	m.Reloads.WithLabelValues("failure")
+	return m
+}
+
+// ruleCounters are one rule's series, bound once per config so counting a
+// decision is an atomic add with no label lookup, lock or allocation.
+type ruleCounters struct {
+	ok, over, shadow prometheus.Counter
+}
+
+type boundRules struct {
+	set      *descriptors.Set
+	rules    []ruleCounters
+	override map[string]ruleCounters // by domain
+}
+
+// Bind prepares the counters of a set before it is installed.
+func (m *Metrics) Bind(set *descriptors.Set) {
+	b := &boundRules{set: set, rules: make([]ruleCounters, len(set.Rules)), override: map[string]ruleCounters{}}
+	for i, r := range set.Rules {
+		if r.Limit == nil {
+			continue
+		}
+		b.rules[i] = m.counters(r.Domain, r.Path)
+	}
+	for d := range set.Domains {
+		b.override[d] = m.counters(d, "override")
+	}
+	m.bound.Store(set, b)
+}
+
+// Unbind forgets a set that was replaced.
+func (m *Metrics) Unbind(set *descriptors.Set) { m.bound.Delete(set) }
+
+func (m *Metrics) counters(domain, rule string) ruleCounters {
+	return ruleCounters{
+		ok:     m.decisions.WithLabelValues(domain, rule, "OK"),
+		over:   m.decisions.WithLabelValues(domain, rule, "OVER_LIMIT"),
+		shadow: m.shadow.WithLabelValues(domain, rule),
+	}
+}
+
+func (m *Metrics) bindingFor(set *descriptors.Set) *boundRules {
+	if v, ok := m.bound.Load(set); ok {
+		return v.(*boundRules)
+	}
+	return nil
+}
+
+// count records the decisions of one request.
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status) {
+	b := m.bindingFor(set)
+	for i := range sts {
+		st := &sts[i]
+		if st.Limit == nil {
+			m.noLimit.Inc()
+			continue
+		}
+		var c ruleCounters
+		switch {
+		case b == nil:
+			// The set was swapped between the decision and now: rare, so a label
+			// lookup is fine.
+			if st.Rule != nil {
+				c = m.counters(st.Rule.Domain, st.Rule.Path)
+			} else {
+				c = m.counters(domain, "override")
+			}
+		case st.Override:
+			c = b.override[domain]
+			if c.ok == nil {
+				c = m.counters(domain, "override")
+			}
+		default:
+			c = b.rules[st.Rule.ID]
+		}
+		code := "OK"
+		if st.Code == descriptors.OverLimit {
+			c.over.Inc()
+			code = "OVER_LIMIT"
+		} else {
+			c.ok.Inc()
+		}
+		if st.Shadowed {
+			c.shadow.Inc()
+		}
+		if st.Rule != nil && (st.Rule.DetailedMetric || st.Rule.ValueToMetric) {
+			m.countDetailed(st.Rule, lastValue(descs[i]), code)
+		}
+	}
+}
+
+func (m *Metrics) countDetailed(r *descriptors.Rule, value, code string) {
+	m.detailedMu.Lock()
+	key := r.Path + "\x00" + value
+	if _, seen := m.detailedCount[key]; !seen {
+		if m.detailedCount[r.Path] >= maxDetailedValues {
+			value = "_other_"
+		} else {
+			m.detailedCount[r.Path]++
+			m.detailedCount[key] = 1
+		}
+	}
+	m.detailedMu.Unlock()
+	m.detailed.WithLabelValues(r.Domain, r.Path, value, code).Inc()
+}
+
+func (m *Metrics) observe(d time.Duration) { m.latency.Observe(d.Seconds()) }

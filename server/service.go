@@ -1,0 +1,184 @@
+// Package server adapts the engine to the network: Envoy's RateLimitService v3
+// over gRPC (with health and reflection), and the admin HTTP listener. It owns
+// no rules and no buckets; it maps requests in, decisions out, and the engine's
+// errors to gRPC codes.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sharelimit/sharelimit/descriptors"
+)
+
+// Options are the request-path settings of the service.
+type Options struct {
+	// ShadowMode forces overall_code to OK; statuses still say what happened.
+	ShadowMode bool
+	// ResponseHeaders adds the limit, remaining and reset headers of the
+	// descriptor closest to its limit, under these names.
+	ResponseHeaders bool
+	HeaderLimit     string
+	HeaderRemaining string
+	HeaderReset     string
+}
+
+// Service answers ShouldRateLimit from the engine. Safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine  *descriptors.Engine
+	clock   func() int64
+	metrics *Metrics
+	opts    Options
+	log     *slog.Logger
+	pool    sync.Pool
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// NewService returns a service deciding with engine on clock's time.
+func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics, opts Options, log *slog.Logger) *Service {
+	s := &Service{engine: engine, clock: clock, metrics: metrics, opts: opts, log: log}
+	s.pool.New = func() any { b := make([]descriptors.Status, 0, 8); return &b }
+	return s
+}
+
+// ShouldRateLimit implements Envoy's RateLimitService.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.metrics.panics.Inc()
+			s.log.Error("recovered panic in ShouldRateLimit", "panic", p, "domain", req.GetDomain())
+			resp, err = nil, status.Error(codes.Internal, "internal error (recovered; counted in sharelimit_panics_total)")
+		}
+	}()
+	start := time.Now()
+	bp := s.pool.Get().(*[]descriptors.Status)
+	defer s.pool.Put(bp)
+	set := s.engine.Set()
+	sts, overall, err := s.engine.Decide(req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock(), (*bp)[:0])
+	*bp = sts[:0]
+	if err != nil {
+		if errors.Is(err, descriptors.ErrInvalidRequest) {
+			s.metrics.invalid.Inc()
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.metrics.count(set, req.GetDomain(), req.GetDescriptors(), sts)
+	if s.opts.ShadowMode {
+		overall = descriptors.OK
+	}
+	resp = s.response(overall, sts)
+	s.metrics.observe(time.Since(start))
+	if wait := maxWait(sts); wait > 0 {
+		s.metrics.waits.Inc()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return resp, nil
+}
+
+func maxWait(sts []descriptors.Status) time.Duration {
+	var w time.Duration
+	for i := range sts {
+		w = max(w, sts[i].Wait)
+	}
+	return w
+}
+
+// one holds a whole one-descriptor response in a single allocation, the shape
+// of nearly every Envoy request.
+type one struct {
+	resp rlsv3.RateLimitResponse
+	ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	st   rlsv3.RateLimitResponse_DescriptorStatus
+	dur  durationpb.Duration
+}
+
+func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status) *rlsv3.RateLimitResponse {
+	var resp *rlsv3.RateLimitResponse
+	if len(sts) == 1 {
+		o := &one{}
+		o.ptr[0] = &o.st
+		o.resp.Statuses = o.ptr[:]
+		fill(&o.st, &o.dur, &sts[0])
+		resp = &o.resp
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sts))}
+		out := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(sts))
+		durs := make([]durationpb.Duration, len(sts))
+		for i := range sts {
+			fill(&out[i], &durs[i], &sts[i])
+			resp.Statuses[i] = &out[i]
+		}
+	}
+	resp.OverallCode = overall
+	if s.opts.ResponseHeaders {
+		resp.ResponseHeadersToAdd = s.headers(sts)
+	}
+	return resp
+}
+
+func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration, st *descriptors.Status) {
+	out.Code = st.Code
+	if st.Limit == nil {
+		return
+	}
+	out.LimitRemaining = st.Remaining
+	if st.Limit.Unlimited {
+		return // as upstream: OK, remaining MaxUint32, no current_limit
+	}
+	out.CurrentLimit = st.Limit.Proto
+	dur.Seconds = int64(st.Reset / time.Second)
+	dur.Nanos = int32(st.Reset % time.Second)
+	out.DurationUntilReset = dur
+}
+
+// headers describes the descriptor closest to its limit, as upstream does.
+func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
+	best := -1
+	for i := range sts {
+		if sts[i].Limit == nil || sts[i].Limit.Unlimited {
+			continue
+		}
+		if best < 0 || sts[i].Remaining < sts[best].Remaining {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	st := &sts[best]
+	reset := int64(math.Ceil(st.Reset.Seconds()))
+	return []*corev3.HeaderValue{
+		{Key: s.opts.HeaderLimit, Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
+		{Key: s.opts.HeaderRemaining, Value: strconv.FormatUint(uint64(st.Remaining), 10)},
+		{Key: s.opts.HeaderReset, Value: strconv.FormatInt(reset, 10)},
+	}
+}
+
+// lastValue is the value a detailed metric is labelled with.
+func lastValue(d *commonv3.RateLimitDescriptor) string {
+	if n := len(d.GetEntries()); n > 0 {
+		return d.Entries[n-1].GetValue()
+	}
+	return ""
+}
