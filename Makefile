@@ -1,0 +1,48 @@
+# The README's two commands are `make run` and `make test`. Everything the tests
+# need (a Consul agent built from the Go module proxy) is installed by `make test`
+# itself, so a fresh machine passes.
+SHELL := /bin/bash
+export GOTOOLCHAIN := local
+GO ?= go
+PKGS := ./...
+FUZZTIME ?= 10s
+
+.PHONY: run test lint unit fuzz bench-smoke consul bench soak build
+
+build:
+	$(GO) build -o bin/sharelimit ./cmd/sharelimit
+
+run:
+	$(GO) run ./cmd/sharelimit serve --config-dir examples/config
+
+# consul builds (once, cached under ~/.cache/sharelimit) the agent the
+# membership and e2e tests run.
+consul:
+	@tools/consul/install.sh >/dev/null
+
+test: consul lint unit fuzz bench-smoke
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+unit:
+	SHARELIMIT_CONSUL_BIN="$$(tools/consul/install.sh)" $(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)
+
+# Every fuzz target runs for a short fixed time; new crashers land in
+# testdata/fuzz/ and fail the run.
+fuzz:
+	@set -e; for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$t/*_test.go | sed 's/func //'); do \
+	    echo "fuzz $$t $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$t >/dev/null || { $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 1x $$t; exit 1; }; \
+	  done; \
+	done
+
+# Benchmarks run once each, only to prove they still run (a benchmark that
+# skips or fails breaks the build). The figures come from `make bench`.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS) | grep -E '^(Benchmark|ok|FAIL|---)' ; test $${PIPESTATUS[0]} -eq 0
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./descriptors/... ./server/...

@@ -1,0 +1,213 @@
+package reload
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"go.uber.org/goleak"
+
+	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func rules(rpu int) string {
+	return fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n  - key: stable\n    rate_limit: {unit: hour, requests_per_unit: 2}\n", rpu)
+}
+
+// harness runs a Watcher over dir, installing into a real engine.
+type harness struct {
+	t       *testing.T
+	engine  *descriptors.Engine
+	mu      sync.Mutex
+	loads   int
+	fails   int
+	lastErr error
+}
+
+func start(t *testing.T, dir string) *harness {
+	h := &harness{t: t, engine: descriptors.NewEngine(nil, 1, bucket.NewStore(0))}
+	w := &Watcher{Dir: dir, Debounce: 50 * time.Millisecond, Poll: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Apply: func(s *descriptors.Set) {
+			h.engine.Swap(s)
+			h.mu.Lock()
+			h.loads++
+			h.mu.Unlock()
+		},
+		Error: func(err error) {
+			h.mu.Lock()
+			h.fails++
+			h.lastErr = err
+			h.mu.Unlock()
+		}}
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+func (h *harness) counts() (int, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.loads, h.fails
+}
+
+// waitFor polls cond for up to 10 s: generous, because the machine is shared.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			l, f := h.counts()
+			h.t.Fatalf("timed out waiting for %s (loads %d, failures %d, last error %v)", what, l, f, h.lastErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *harness) limit(key string) uint32 {
+	r := h.engine.Set().Match("d", []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}})
+	if r == nil {
+		return 0
+	}
+	return r.Limit.RequestsPerUnit
+}
+
+// drawn returns how many of n draws on key=v pass now.
+func (h *harness) drawn(key string, n int) int {
+	ok := 0
+	for i := 0; i < n; i++ {
+		_, code, err := h.engine.Decide("d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0, nil)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if code == descriptors.OK {
+			ok++
+		}
+	}
+	return ok
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInPlaceEditBreakAndRepair(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, rules(5))
+	h := start(t, dir)
+	if h.drawn("stable", 3) != 2 {
+		t.Fatal("stable rule should admit 2")
+	}
+	// An in-place edit changes k's limit.
+	write(t, f, rules(7))
+	h.waitFor("the edit", func() bool { return h.limit("k") == 7 })
+	// Broken YAML: the old rules stay, and so does the stable rule's bucket state.
+	write(t, f, rules(9)+"  - key: [broken\n")
+	h.waitFor("the failure", func() bool { _, fails := h.counts(); return fails == 1 })
+	if h.limit("k") != 7 {
+		t.Fatal("a bad config replaced the rules in force")
+	}
+	if !strings.Contains(h.lastErr.Error(), "rules.yaml:") {
+		t.Fatalf("error without position: %v", h.lastErr)
+	}
+	if h.drawn("stable", 1) != 0 {
+		t.Fatal("bucket state lost on a failed reload")
+	}
+	// Repaired: the new rules apply, and the unchanged stable rule keeps its state.
+	write(t, f, rules(9))
+	h.waitFor("the repair", func() bool { return h.limit("k") == 9 })
+	if h.drawn("stable", 1) != 0 {
+		t.Fatal("an unchanged rule lost its bucket state on reload")
+	}
+}
+
+func TestNewAndRemovedFiles(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), rules(1))
+	h := start(t, dir)
+	write(t, filepath.Join(dir, "b.yml"), "domain: other\ndescriptors: []\n")
+	h.waitFor("the new file", func() bool { return h.engine.Set().Domains["other"] != nil })
+	os.Remove(filepath.Join(dir, "b.yml"))
+	h.waitFor("the removal", func() bool { return h.engine.Set().Domains["other"] == nil })
+	// A dotfile (an editor's swap file) is not config.
+	write(t, filepath.Join(dir, ".a.yaml.swp"), "garbage: [")
+	time.Sleep(300 * time.Millisecond)
+	if _, fails := h.counts(); fails != 0 {
+		t.Fatal("a dotfile was loaded")
+	}
+}
+
+// TestConfigMapSymlinkSwap reproduces what the kubelet does on a ConfigMap
+// change: files are symlinks through ..data, which is atomically re-pointed.
+func TestConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, rpu int) {
+		os.Mkdir(filepath.Join(dir, name), 0o755)
+		write(t, filepath.Join(dir, name, "rules.yaml"), rules(rpu))
+	}
+	mk("..2026_12_02_00_00_00.1", 3)
+	if err := os.Symlink("..2026_12_02_00_00_00.1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/rules.yaml", filepath.Join(dir, "rules.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, dir)
+	if h.limit("k") != 3 {
+		t.Fatalf("initial limit %d", h.limit("k"))
+	}
+	mk("..2026_12_02_00_01_00.2", 11)
+	os.Symlink("..2026_12_02_00_01_00.2", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(dir, "..2026_12_02_00_00_00.1"))
+	h.waitFor("the swap", func() bool { return h.limit("k") == 11 })
+}
+
+func TestDirectoryDeletedAndUnreadable(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "conf")
+	os.Mkdir(dir, 0o755)
+	write(t, filepath.Join(dir, "r.yaml"), rules(4))
+	h := start(t, dir)
+	os.RemoveAll(dir)
+	h.waitFor("the failure", func() bool { _, f := h.counts(); return f >= 1 })
+	if h.limit("k") != 4 {
+		t.Fatal("rules lost when the directory disappeared")
+	}
+	// A half-written file: the old rules stay.
+	os.Mkdir(dir, 0o755)
+	write(t, filepath.Join(dir, "r.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requ")
+	h.waitFor("a second failure", func() bool { _, f := h.counts(); return f >= 2 })
+	if h.limit("k") != 4 {
+		t.Fatal("rules replaced by a half-written file")
+	}
+	write(t, filepath.Join(dir, "r.yaml"), rules(6))
+	h.waitFor("recovery", func() bool { return h.limit("k") == 6 })
+}

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newAdmin(t *testing.T) (*fixture, *Admin, *httptest.Server) {
+	f := newFixture(t, Options{}, 0.5)
+	a := NewAdmin(f.svc, f.engine, f.metrics, func() View {
+		return View{Source: "static", Total: 2, Local: 1, Weight: 0.5, ObservedAt: time.Unix(1, 0)}
+	}, func() ReloadStatus { return ReloadStatus{Generation: 3, Files: []string{"testdata/rules.yaml"}} })
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	return f, a, srv
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestHealthcheck(t *testing.T) {
+	_, a, srv := newAdmin(t)
+	if code, _ := get(t, srv.URL+"/healthcheck"); code != 503 {
+		t.Fatalf("before the first config: %d", code)
+	}
+	a.SetReady()
+	if code, body := get(t, srv.URL+"/healthcheck"); code != 200 || body != "OK" {
+		t.Fatalf("ready: %d %q", code, body)
+	}
+	a.SetDraining()
+	if code, _ := get(t, srv.URL+"/healthcheck"); code != 503 {
+		t.Fatalf("draining: %d", code)
+	}
+}
+
+func TestJSONEndpoint(t *testing.T) {
+	_, _, srv := newAdmin(t)
+	post := func(body string) (int, string) {
+		resp, err := http.Post(srv.URL+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	req := `{"domain":"test","descriptors":[{"entries":[{"key":"fixed","value":"one"}]}]}`
+	// 2/s at weight 1/2: one passes, then 429.
+	if code, body := post(req); code != 200 || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if code, body := post(req); code != 429 || !strings.Contains(body, "OVER_LIMIT") {
+		t.Fatalf("second: %d %s", code, body)
+	}
+	for _, bad := range []string{`{`, `{"domain":"test","descriptors":[{"entries":[{"key":"","value":"x"}]}]}`, `{"nope":1}`, `{"domain":"test"}`} {
+		if code, _ := post(bad); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
+	}
+}
+
+func TestRLConfig(t *testing.T) {
+	_, _, srv := newAdmin(t)
+	code, body := get(t, srv.URL+"/rlconfig")
+	if code != 200 || !strings.Contains(body, "membership: source=static total=2 local=1 weight=0.5") ||
+		!strings.Contains(body, "test.fixed_one: 2 per second; cluster 2/s burst 2; local share 1/s burst 1") {
+		t.Fatalf("/rlconfig:\n%s", body)
+	}
+	code, body = get(t, srv.URL+"/rlconfig?format=json")
+	var c Config
+	if code != 200 || json.Unmarshal([]byte(body), &c) != nil || c.Membership.Weight != 0.5 || len(c.Rules) != 8 || c.Reload.Generation != 3 {
+		t.Fatalf("json: %d %s", code, body)
+	}
+}
+
+func TestMetricsAndPprof(t *testing.T) {
+	f, _, srv := newAdmin(t)
+	f.call(d("fixed=one"))
+	f.call(d("fixed=one"))
+	f.call(d("shadow=s"))
+	f.call(d("shadow=s"))
+	f.call(d("detailed=v1"))
+	_, body := get(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		`sharelimit_decisions_total{code="OK",domain="test",rule="test.fixed_one"} 1`,
+		`sharelimit_decisions_total{code="OVER_LIMIT",domain="test",rule="test.fixed_one"} 1`,
+		`sharelimit_shadow_over_limit_total{domain="test",rule="test.shadow"} 1`,
+		`sharelimit_decisions_detailed_total{code="OK",domain="test",rule="test.detailed",value="v1"} 1`,
+		`sharelimit_buckets 3`,
+		`sharelimit_request_duration_seconds_count 5`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if code, _ := get(t, srv.URL+"/debug/pprof/"); code != 200 {
+		t.Fatalf("pprof %d", code)
+	}
+}
+
+func TestDetailedMetricCardinalityBound(t *testing.T) {
+	f, _, srv := newAdmin(t)
+	for i := 0; i < maxDetailedValues+50; i++ {
+		f.call(d("detailed=v" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26))))
+	}
+	_, body := get(t, srv.URL+"/metrics")
+	n := strings.Count(body, `sharelimit_decisions_detailed_total{code="OK"`)
+	if n > maxDetailedValues+1 || !strings.Contains(body, `value="_other_"`) {
+		t.Fatalf("%d detailed series", n)
+	}
+}
