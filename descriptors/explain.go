@@ -28,6 +28,7 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 		explainSteps(out, d, steps, len(entries))
 	}
 	// replaces, across the request's descriptors
+	replaced := make([]bool, len(matched))
 	for i, ri := range matched {
 		if ri == nil || len(ri.Limit.Replaces) == 0 {
 			continue
@@ -40,12 +41,13 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 				if name == rj.Limit.Name {
 					fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
 						j+1, name, i+1, ri.Path, j+1)
+					replaced[j] = true
 				}
 			}
 		}
 	}
 	for i, r := range matched {
-		if r != nil {
+		if r != nil && !replaced[i] {
 			explainLimit(out, i+1, r, descs[i], w)
 		}
 	}

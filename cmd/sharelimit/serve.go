@@ -121,19 +121,21 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 				log.Warn(w)
 			}
 		},
-		Error: func(err error) {
-			metrics.Reloads.WithLabelValues("failure").Inc()
-			reloadMu.Lock()
-			status.LastAttempt, status.LastError = time.Now(), err.Error()
-			reloadMu.Unlock()
-			for _, e := range strings.Split(err.Error(), "\n") {
-				log.Error("config rejected; keeping the rules in force", "error", e)
-			}
-		},
 	}
 	if err := watcher.Load(); err != nil {
 		printErrors(stderr, err)
 		return errors.New("invalid config at start-up")
+	}
+	// From now on a bad config is a failed reload: logged, counted, and the
+	// rules in force stay.
+	watcher.Error = func(err error) {
+		metrics.Reloads.WithLabelValues("failure").Inc()
+		reloadMu.Lock()
+		status.LastAttempt, status.LastError = time.Now(), err.Error()
+		reloadMu.Unlock()
+		for _, e := range strings.Split(err.Error(), "\n") {
+			log.Error("config rejected; keeping the rules in force", "error", e)
+		}
 	}
 
 	// Membership: static unless --consul-service.

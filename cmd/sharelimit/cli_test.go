@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		os.WriteFile(path, []byte(got), 0o644)
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func runCLI(args ...string) (int, string) {
+	var out bytes.Buffer
+	code := run(context.Background(), args, &out, &out)
+	return code, out.String()
+}
+
+func TestCLIGolden(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"check_ok", []string{"check", "../../examples/config"}, 0},
+		{"check_warnings", []string{"check", "--replicas", "40", "-q", "../../examples/config"}, 0},
+		{"check_errors", []string{"check", "../../descriptors/testdata/invalid/many_errors.yaml", "../../descriptors/testdata/invalid/bad_unit.yaml"}, 1},
+		{"check_usage", []string{"check"}, 2},
+		{"explain_nested", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "--replicas", "4", "header_match=login", "remote_address=10.1.2.3"}, 0},
+		{"explain_too_deep", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "generic_key=api", "remote_address=10.1.2.3"}, 0},
+		{"explain_parent_no_fallback", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "header_match=login"}, 0},
+		{"explain_no_rule", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "user=alice"}, 0},
+		{"explain_unknown_domain", []string{"explain", "--config-dir", "../../examples/config", "--domain", "nope", "a=b"}, 0},
+		{"explain_replaces", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/edge_proxy.yaml", "--domain", "edge_proxy_per_ip", "--weight", "0.1",
+			"path=/api/v1/x", "+", "path=/api/v2/admin/users"}, 0},
+		{"explain_empty_value", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "remote_address="}, 0},
+		{"unknown_command", []string{"frobnicate"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCLI(tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			golden(t, tc.name, out)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out := runCLI("version")
+	if code != 0 || !strings.HasPrefix(out, "sharelimit ") {
+		t.Fatalf("%d %q", code, out)
+	}
+}
+
+func TestServeRejectsInvalidConfigWithEveryError(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := os.ReadFile("../../descriptors/testdata/invalid/many_errors.yaml")
+	os.WriteFile(filepath.Join(dir, "bad.yaml"), b, 0o644)
+	var out bytes.Buffer
+	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, func(string) string { return "" }, &out)
+	if code != 1 || strings.Count(out.String(), "bad.yaml:") != 4 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+}

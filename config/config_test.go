@@ -1,0 +1,91 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestFlagsWinOverEnv(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Parse("serve", []string{"--replicas", "3", "--config-dir", dir}, env(map[string]string{
+		"SHARELIMIT_REPLICAS": "7", "SHARELIMIT_MAX_BUCKETS": "42", "SHARELIMIT_DRAIN": "2", "SHARELIMIT_CONSUL_STALE": "false",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Replicas != 3 || c.MaxBuckets != 42 || c.Drain != 2*time.Second || c.ConsulStale {
+		t.Fatalf("got %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := Defaults()
+	if c.GRPCAddr != "127.0.0.1:8081" || c.HTTPAddr != "127.0.0.1:8080" || c.Replicas != 1 || c.MaxBuckets != 1_000_000 || !c.ConsulStale {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestEveryFlagHasAnEnvName(t *testing.T) {
+	c := Defaults()
+	n := 0
+	c.FlagSet("x").VisitAll(func(f *flag.Flag) {
+		n++
+		if got := EnvName(f.Name); !strings.HasPrefix(got, "SHARELIMIT_") || strings.Contains(got, "-") {
+			t.Errorf("%s -> %s", f.Name, got)
+		}
+	})
+	if n < 20 {
+		t.Fatalf("only %d flags", n)
+	}
+}
+
+func TestBadEnvNamesTheVariable(t *testing.T) {
+	_, err := Parse("serve", nil, env(map[string]string{"SHARELIMIT_REPLICAS": "many"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "SHARELIMIT_REPLICAS") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"non-loopback needs --allow-remote", []string{"--grpc-addr", "0.0.0.0:8081"}, "--grpc-addr: 0.0.0.0 is not a loopback"},
+		{"bad address", []string{"--http-addr", "nonsense"}, "--http-addr: want host:port"},
+		{"empty unix path", []string{"--grpc-addr", "unix:"}, "unix: needs a socket path"},
+		{"replicas", []string{"--replicas", "0"}, "--replicas: must be at least 1"},
+		{"consul flags without service", []string{"--node", "n1"}, "--node: has no effect without --consul-service"},
+		{"tls pair", []string{"--grpc-tls-cert", "/nope"}, "--grpc-tls-cert and --grpc-tls-key go together"},
+		{"header name", []string{"--header-limit", "bad header"}, "not a valid header name"},
+		{"log format", []string{"--log-format", "xml"}, "--log-format"},
+		{"missing dir", []string{"--config-dir", dir + "/missing"}, "--config-dir"},
+		{"consul wait bound", []string{"--consul-wait", "1h"}, "--consul-wait"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--config-dir", dir}, tc.args...)
+			c, err := Parse("serve", args, env(nil), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	c, _ := Parse("serve", []string{"--config-dir", dir, "--grpc-addr", "0.0.0.0:8081", "--allow-remote", "--grpc-addr", "unix:/tmp/x.sock"}, env(nil), io.Discard)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
