@@ -6,8 +6,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sharelimit/sharelimit/config"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -80,5 +83,31 @@ func TestServeRejectsInvalidConfigWithEveryError(t *testing.T) {
 	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, func(string) string { return "" }, &out)
 	if code != 1 || strings.Count(out.String(), "bad.yaml:") != 4 {
 		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+}
+
+// TestREADMEListsEveryFlag keeps the README's settings table honest: every flag
+// and its variable appear, and every flag the README names exists.
+func TestREADMEListsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	known := map[string]bool{}
+	config.Defaults().FlagSet("serve").VisitAll(func(f *flag.Flag) {
+		known[f.Name] = true
+		if !strings.Contains(text, "| `--"+f.Name+"` | `"+config.EnvName(f.Name)+"` |") {
+			t.Errorf("README's settings table lacks --%s / %s", f.Name, config.EnvName(f.Name))
+		}
+	})
+	for _, m := range regexp.MustCompile("`--([a-z][a-z0-9-]+)").FindAllStringSubmatch(text, -1) {
+		if !known[m[1]] && !map[string]bool{"replicas": true, "weight": true, "config-dir": true, "domain": true, "serve-noop": true}[m[1]] {
+			t.Errorf("README names --%s, which serve does not have", m[1])
+		}
+	}
+	ci, _ := os.ReadFile("../../.ci/run")
+	if !strings.Contains(string(ci), "make test") || !strings.Contains(text, "make test") {
+		t.Error(".ci/run must run the README's test command, make test")
 	}
 }
