@@ -221,4 +221,3 @@ func waitUntil(t *testing.T, what string, cond func() bool, logs *syncBuffer) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
