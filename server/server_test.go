@@ -310,3 +310,39 @@ func TestRecoveredPanicAnswersInternal(t *testing.T) {
 		t.Fatalf("panics counted %v", got)
 	}
 }
+
+// TestCapsOverGRPC sends each documented cap + 1 through real gRPC: each gets
+// InvalidArgument naming the field, and the next valid request is served.
+func TestCapsOverGRPC(t *testing.T) {
+	f := newFixture(t, Options{}, 1)
+	many := make([]*commonv3.RateLimitDescriptor, descriptors.MaxDescriptors+1)
+	for i := range many {
+		many[i] = d("free=x")
+	}
+	deep := &commonv3.RateLimitDescriptor{}
+	for i := 0; i <= descriptors.MaxEntries; i++ {
+		deep.Entries = append(deep.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	hits := d("free=x")
+	hits.HitsAddend = wrapperspb.UInt64(descriptors.MaxHits + 1)
+	cases := []struct {
+		name  string
+		descs []*commonv3.RateLimitDescriptor
+		field string
+	}{
+		{"descriptors per request", many, "descriptors"},
+		{"entries per descriptor", []*commonv3.RateLimitDescriptor{deep}, "entries"},
+		{"key length", []*commonv3.RateLimitDescriptor{d(strings.Repeat("k", descriptors.MaxKeyBytes+1) + "=v")}, "key"},
+		{"value length", []*commonv3.RateLimitDescriptor{d("k=" + strings.Repeat("v", descriptors.MaxValueBytes+1))}, "value"},
+		{"hits_addend", []*commonv3.RateLimitDescriptor{hits}, "hits_addend"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "test", Descriptors: tc.descs})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field) {
+				t.Fatalf("got %v", err)
+			}
+			f.call(d("free=x"))
+		})
+	}
+}
