@@ -105,7 +105,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.ConsulFilter, "consul-filter", "", "Consul filter expression applied to the health query")
 	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter to query (default: the agent's)")
 	fs.BoolVar(&c.ConsulStale, "consul-stale", true, "allow stale reads, so the count survives a lost Consul leader")
-	fs.Float64Var(&c.ConsulQueryRate, "consul-query-rate", 1, "most Consul blocking queries per second")
+	fs.Float64Var(&c.ConsulQueryRate, "consul-query-rate", 2, "most Consul blocking queries per second")
 	fs.Var(seconds{&c.ConsulWait}, "consul-wait", "how long one blocking query may wait for a change")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets; past it, new keys share their rule's overflow bucket")
@@ -126,7 +126,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 func Defaults() *Config {
 	c := &Config{
 		ReloadDebounce:  250 * time.Millisecond,
-		ConsulWait:      5 * time.Minute,
+		ConsulWait:      time.Minute,
 		SweepInterval:   10 * time.Second,
 		Drain:           5 * time.Second,
 		ShutdownTimeout: 10 * time.Second,

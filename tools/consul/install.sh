@@ -15,7 +15,9 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9 # two test runs never build at once; the second waits and reuses the first's binary
 
-if [[ -x "$BIN" ]] && "$BIN" version 2>/dev/null | grep -q "Consul ${VERSION}"; then
+# Read the version whole before matching: grep -q would close the pipe early and,
+# under pipefail, SIGPIPE would fail the check and force a rebuild.
+if [[ -x "$BIN" ]] && ver="$("$BIN" version 2>/dev/null)" && [[ $ver == *"Consul ${VERSION}"* ]]; then
 	echo "$BIN"
 	exit 0
 fi

@@ -1,0 +1,105 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newClient returns a client for the agent at addr that keeps no idle
+// connections, so none outlives its test.
+func newClient(t testing.TB, addr, token string) *api.Client {
+	t.Helper()
+	c, err := api.NewClient(&api.Config{
+		Address:    addr,
+		Scheme:     "http",
+		Token:      token,
+		HttpClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// logBuffer collects slog output from Run's goroutine for the test goroutine.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// watch builds a Consul source and runs it until the test ends. Run's result
+// is checked on the test goroutine, in cleanup: it must return nil, promptly.
+func watch(t *testing.T, cfg ConsulConfig, client *api.Client) *Consul {
+	t.Helper()
+	c, err := NewConsul(cfg, client)
+	if err != nil {
+		t.Fatalf("NewConsul: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("Run still running 5 s after its context was cancelled")
+		}
+	})
+	return c
+}
+
+// waitView polls View until cond holds, for up to 10 s, and returns the view
+// that satisfied it.
+func waitView(t *testing.T, c *Consul, cond func(View) bool, format string, args ...any) View {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := c.View()
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; view is %+v", fmt.Sprintf(format, args...), v)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// counts matches a view's Total and Local and checks that its Weight follows.
+func counts(total, local int) func(View) bool {
+	return func(v View) bool {
+		return v.Total == total && v.Local == local && math.Abs(v.Weight-Weight(local, total)) < 1e-12
+	}
+}

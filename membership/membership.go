@@ -1,0 +1,84 @@
+// Package membership tells each replica what share of a global limit is its own.
+//
+// sharelimit divides every global limit among the replicas that enforce it, so
+// each replica needs a live answer to "how many of us are there, and how many of
+// those run on this node?". That answer must never be fetched on the request
+// path: this package keeps it current in the background and publishes it as a
+// View that the engine reads without a lock or a network call.
+//
+// Two sources exist. Static is the embedded default: a fixed replica count
+// (--replicas), so the daemon runs with no Consul at all. Consul watches the
+// service's passing instances in Consul's health catalog with blocking queries
+// and republishes the view whenever the catalog changes. The package only
+// publishes views; it never touches token buckets.
+package membership
+
+import "time"
+
+// View is one observation of the replica set. Views are values: a published
+// View is never modified, so it may be kept and compared freely.
+type View struct {
+	Source string // "static" or "consul"
+	// Node is the Consul node whose instances count as local; "" for a static
+	// view and until the node name is known.
+	Node  string
+	Total int // passing instances of the service, cluster-wide
+	Local int // passing instances on this node
+	// Weight is this replica's share of every global limit, in (0, 1].
+	Weight float64
+	// ObservedAt is when the source last confirmed this view. It is zero for a
+	// static view and for the --replicas view that stands until Consul first
+	// answers, so "never confirmed" can be told apart from "confirmed long ago".
+	ObservedAt time.Time
+	// LastError is the most recent watch error since the last success, "" if
+	// none. It never contains the configured ACL token.
+	LastError string
+	Errors    uint64 // watch errors since start
+}
+
+// Weight is the share of a global limit that one replica enforces, given the
+// number of passing instances on its node (local) and in the whole cluster
+// (total):
+//
+//	w = max(local, 1) / (total + (local == 0 ? 1 : 0))
+//
+// A replica that does not see itself in the catalog (it is starting, failing
+// its check, or registered under another node) counts itself in, so it never
+// claims more than a fair share. With one instance per node this is 1/N. A
+// count that makes no sense (total below local, or nothing at all) gives 1.
+func Weight(local, total int) float64 {
+	if local < 0 {
+		local = 0
+	}
+	n := total
+	if local == 0 {
+		n++
+	}
+	if n <= 0 || local > total {
+		return 1
+	}
+	return float64(max(local, 1)) / float64(n)
+}
+
+// Static is the membership source used without Consul: a fixed replica count,
+// each replica enforcing 1/N of every limit. It is safe for concurrent use and
+// never changes after construction.
+type Static struct {
+	view View
+}
+
+// NewStatic returns a static source for the given replica count; a count
+// below 1 means 1 (the replica is alone). A static view has a zero ObservedAt:
+// nothing ever confirms it, so it has no age.
+func NewStatic(replicas int) *Static {
+	replicas = max(replicas, 1)
+	return &Static{view: View{
+		Source: "static",
+		Total:  replicas,
+		Local:  1,
+		Weight: Weight(1, replicas),
+	}}
+}
+
+// View returns the static view.
+func (s *Static) View() View { return s.view }
