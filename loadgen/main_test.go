@@ -1,0 +1,215 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestMainUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{"bad duration", []string{"--duration=soon"}, "invalid value"},
+		{"positional argument", []string{"extra"}, `unexpected argument "extra"`},
+		{"unbounded", []string{"--duration=0"}, "both are zero"},
+		{"duration too long", []string{"--duration=2h"}, "duration: 2h0m0s is outside"},
+		{"bad shape", []string{"--shape=square"}, `"square" is not one of`},
+		{"cardinality too high", []string{"--cardinality=20000000"}, "cardinality: 20000000 is outside"},
+		{"zero cardinality", []string{"--cardinality=0"}, "cardinality: must be at least 1"},
+		{"zero conns", []string{"--conns=0"}, "conns: must be at least 1"},
+		{"negative rate", []string{"--rate=-1"}, "rate: -1 is outside"},
+		{"too many descriptors", []string{"--descriptors=1000"}, "descriptors: 1000 is outside"},
+		{"empty target", []string{"--target="}, "target: none given"},
+		{"empty domain", []string{"--domain="}, "domain: empty"},
+		{"hits addend overflow", []string{"--hits-addend=5000000000"}, "does not fit in 32 bits"},
+		{"several problems at once", []string{"--rate=-1", "--warmup=1h"}, "warmup: 1h0m0s is outside"},
+		{"bad progress", []string{"--progress=maybe"}, "want true, false or auto"},
+		{"compare without b", []string{"--target-a=127.0.0.1:1"}, "target-b: none given"},
+		{"compare with --target", []string{"--target-a=x", "--target-b=y", "--target=z"}, "--target: not used in compare mode"},
+		{"compare flag alone", []string{"--rounds=3"}, "--rounds: only with --target-a and --target-b"},
+		{"zero rounds", []string{"--target-a=x", "--target-b=y", "--rounds=0"}, "rounds: must be at least 1"},
+		{"noop with load flags", []string{"--serve-noop=127.0.0.1:0", "--rate=5"}, "--rate: --serve-noop runs a server"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), tc.args, &stdout, &stderr)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr does not mention %q:\n%s", tc.want, stderr.String())
+			}
+			if stdout.Len() != 0 {
+				t.Fatalf("stdout not empty on a usage error: %s", stdout.String())
+			}
+		})
+	}
+}
+
+func TestMainHelp(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	for _, want := range []string{"--serve-noop ADDR", "-target-a", "-cardinality", "SHARELIMIT_"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("usage does not mention %q", want)
+		}
+	}
+}
+
+func TestMainRunFailure(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--target=unix:/nonexistent/rls.sock", "--requests=10", "--warmup=0"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "probe unix:/nonexistent/rls.sock") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// lockedBuffer lets the test read what a Main running on another goroutine writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startNoopMain runs `bench --serve-noop` until the test ends and returns the
+// address it printed.
+func startNoopMain(t *testing.T, addr string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr lockedBuffer
+	code := make(chan int, 1)
+	go func() { code <- Main(ctx, []string{"--serve-noop", addr, "--json"}, &stdout, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if c := <-code; c != 0 {
+			t.Errorf("serve-noop exit %d: %s", c, stderr.String())
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var out struct {
+			Addr string `json:"serve_noop"`
+		}
+		if err := json.Unmarshal([]byte(stdout.String()), &out); err == nil && out.Addr != "" {
+			return out.Addr
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("serve-noop printed no address; stdout %q, stderr %q", stdout.String(), stderr.String())
+	return ""
+}
+
+func TestMainEndToEnd(t *testing.T) {
+	t.Parallel()
+	tcp := startNoopMain(t, "127.0.0.1:0")
+	unix := startNoopMain(t, "unix:"+t.TempDir()+"/noop.sock")
+	if !strings.HasPrefix(unix, "unix:/") {
+		t.Fatalf("unix noop address %q", unix)
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, stdout string)
+	}{
+		{
+			name: "json over two targets",
+			args: []string{"--target", tcp + "," + unix, "--requests=500", "--warmup=0", "--json", "--shape=remote_address", "--cardinality=1000"},
+			check: func(t *testing.T, stdout string) {
+				var res Result
+				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+					t.Fatalf("JSON output does not parse: %v\n%s", err, stdout)
+				}
+				if res.Requests != 500 || res.OK != 500 || len(res.Targets) != 2 || res.Shape != ShapeRemoteAddress {
+					t.Fatalf("result %+v", res)
+				}
+			},
+		},
+		{
+			name: "table, open loop",
+			args: []string{"--target", tcp, "--rate=1000", "--duration=200ms", "--warmup=50ms", "--progress=false"},
+			check: func(t *testing.T, stdout string) {
+				for _, want := range []string{"open loop at 1000 req/s", "req/s", "p99.9", "late", "client cpu"} {
+					if !strings.Contains(stdout, want) {
+						t.Errorf("table lacks %q:\n%s", want, stdout)
+					}
+				}
+			},
+		},
+		{
+			name: "compare",
+			args: []string{"--target-a", tcp, "--target-b", unix, "--label-a=noop", "--label-b=noop-unix", "--rounds=1", "--requests=200", "--warmup=0"},
+			check: func(t *testing.T, stdout string) {
+				for _, want := range []string{"A: noop = " + tcp, "B/A", "median  noop-unix"} {
+					if !strings.Contains(stdout, want) {
+						t.Errorf("table lacks %q:\n%s", want, stdout)
+					}
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			if code := Main(context.Background(), tc.args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+			}
+			tc.check(t, stdout.String())
+		})
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"SHARELIMIT_RATE":        "250",
+		"SHARELIMIT_HITS_ADDEND": "7",
+		"SHARELIMIT_DOMAIN":      "from-env",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o options
+	o.register(fs)
+	if err := fs.Parse([]string{"--domain=from-flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(fs, map[string]bool{"domain": true}, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if o.rate != 250 || o.hitsAddend != 7 || o.domain != "from-flag" {
+		t.Fatalf("rate %g, hits_addend %d, domain %q: want 250, 7 from the environment and the flag's domain", o.rate, o.hitsAddend, o.domain)
+	}
+	env["SHARELIMIT_CONNS"] = "many"
+	if err := applyEnv(fs, nil, lookup); err == nil || !strings.Contains(err.Error(), "SHARELIMIT_CONNS") {
+		t.Fatalf("bad environment value: %v, want an error naming SHARELIMIT_CONNS", err)
+	}
+}
