@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -49,12 +50,16 @@ type Admin struct {
 	reload   func() ReloadStatus
 	ready    atomic.Bool
 	draining atomic.Bool
+	version  string
 }
 
 // NewAdmin returns the admin handler set. view and reload are read per request.
 func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, view func() View, reload func() ReloadStatus) *Admin {
 	return &Admin{svc: svc, engine: engine, metrics: metrics, view: view, reload: reload}
 }
+
+// SetVersion names the build on the status page.
+func (a *Admin) SetVersion(v string) { a.version = v }
 
 // SetReady marks the first config as loaded: /healthcheck answers 200 from then.
 func (a *Admin) SetReady() { a.ready.Store(true) }
@@ -65,6 +70,7 @@ func (a *Admin) SetDraining() { a.draining.Store(true) }
 // Handler routes the admin endpoints.
 func (a *Admin) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", a.statusPage)
 	mux.HandleFunc("GET /healthcheck", a.healthcheck)
 	mux.HandleFunc("POST /json", a.json)
 	mux.HandleFunc("GET /rlconfig", a.rlconfig)
@@ -183,7 +189,7 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	v := c.Membership
-	fmt.Fprintf(w, "membership: source=%s total=%d local=%d weight=%.6g age=%.1fs", v.Source, v.Total, v.Local, v.Weight, v.AgeSeconds)
+	fmt.Fprintf(w, "membership: source=%s total=%d local=%d weight=%s age=%.1fs", v.Source, v.Total, v.Local, trimFloat(v.Weight, 6), v.AgeSeconds)
 	if v.LastError != "" {
 		fmt.Fprintf(w, " last_error=%q", v.LastError)
 	}
@@ -207,3 +213,7 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, " (%s)\n", r.Position)
 	}
 }
+
+// trimFloat formats f with at most prec significant digits, as /rlconfig and
+// the status page both show figures.
+func trimFloat(f float64, prec int) string { return strconv.FormatFloat(f, 'g', prec, 64) }

@@ -122,3 +122,43 @@ func TestDetailedMetricCardinalityBound(t *testing.T) {
 		t.Fatalf("%d detailed series", n)
 	}
 }
+
+// TestStatusPage renders / on a running admin server and checks its figures
+// against /rlconfig and /metrics read at the same moment.
+func TestStatusPage(t *testing.T) {
+	f, _, srv := newAdmin(t)
+	f.call(d("fixed=one"))
+	for i := 0; i < 40; i++ {
+		f.call(d("ip=10.0.0.9")) // 3/min at weight 1/2: mostly over limit
+	}
+	code, page := get(t, srv.URL+"/")
+	if code != 200 || !strings.Contains(page, "<title>sharelimit status</title>") || !strings.Contains(page, `http-equiv="refresh"`) {
+		t.Fatalf("status page %d:\n%s", code, page)
+	}
+	_, js := get(t, srv.URL+"/rlconfig?format=json")
+	var c Config
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		t.Fatal(err)
+	}
+	_, metrics := get(t, srv.URL+"/metrics")
+	for _, want := range []string{
+		`<td class="num" id="weight">0.5 (50%)</td>`,
+		`<td class="num" id="generation">3</td>`,
+		`<td class="num" id="live">2</td>`,
+		`<td>test.fixed_one</td><td>2 per second</td><td class="num">2</td><td class="num">2</td><td class="num">1</td><td class="num">1</td>`,
+		`<td>test.ip</td><td>ip=10.0.0.9</td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %s", want)
+		}
+	}
+	if c.Buckets != 2 || !strings.Contains(metrics, "sharelimit_buckets 2\n") || c.Reload.Generation != 3 || c.Membership.Weight != 0.5 {
+		t.Errorf("/rlconfig and /metrics disagree with the page: %+v", c)
+	}
+	if strings.Contains(page, "<script") || strings.Contains(page, "http://") || strings.Contains(page, "https://") {
+		t.Error("the status page must need no external assets or scripts")
+	}
+	if code, _ := get(t, srv.URL+"/nope"); code != 404 {
+		t.Errorf("unknown path: %d", code)
+	}
+}

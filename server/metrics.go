@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"sync"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -45,6 +46,7 @@ type Metrics struct {
 	bound         sync.Map // *descriptors.Set -> *boundRules
 	detailedMu    sync.Mutex
 	detailedCount map[string]int
+	overLimit     overLimitSample
 }
 
 // NewMetrics registers every series. live, overflowed and max read the bucket
@@ -187,6 +189,7 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 		if st.Code == descriptors.OverLimit {
 			c.over.Inc()
 			code = "OVER_LIMIT"
+			m.recordOverLimit(domain, st, descs[i])
 		} else {
 			c.ok.Inc()
 		}
@@ -197,6 +200,31 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 			m.countDetailed(st.Rule, lastValue(descs[i]), code)
 		}
 	}
+}
+
+func (m *Metrics) recordOverLimit(domain string, st *descriptors.Status, d *commonv3.RateLimitDescriptor) {
+	if !m.overLimit.sample() {
+		return
+	}
+	rule := "override"
+	if st.Rule != nil {
+		rule = st.Rule.Path
+	}
+	m.overLimit.record(domain, rule, entriesText(d))
+}
+
+// entriesText renders a descriptor's entries as key=value pairs.
+func entriesText(d *commonv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.GetKey())
+		b.WriteByte('=')
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
 }
 
 func (m *Metrics) countDetailed(r *descriptors.Rule, value, code string) {

@@ -180,6 +180,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 		defer reloadMu.Unlock()
 		return status
 	})
+	admin.SetVersion(version)
 	admin.SetReady()
 
 	grpcLis, err := server.Listen(cfg.GRPCAddr)

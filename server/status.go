@@ -1,0 +1,91 @@
+package server
+
+import (
+	"html/template"
+	"net/http"
+	"time"
+)
+
+// Status is what the status page shows. It is built from the same snapshot as
+// /rlconfig, so the two never disagree.
+type Status struct {
+	Config
+	Version      string
+	GeneratedAt  time.Time
+	TopOverLimit []TopKey
+}
+
+// topWindow is how far back the status page looks for over-limit keys.
+const topWindow = time.Minute
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"pct": func(w float64) string { return formatFloat(w*100, 4) + "%" },
+	"num": func(f float64) string { return formatFloat(f, 6) },
+	"time": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="5">
+<title>sharelimit status</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00}
+</style></head><body>
+<h1>sharelimit</h1>
+<p>Refreshes every 5 s. Generated {{time .GeneratedAt}}. Machine-readable: <a href="/rlconfig?format=json">/rlconfig?format=json</a>, <a href="/metrics">/metrics</a>.</p>
+<h2>Membership</h2>
+<table id="membership">
+<tr><th>source</th><td>{{.Membership.Source}}</td></tr>
+<tr><th>total replicas</th><td class="num">{{.Membership.Total}}</td></tr>
+<tr><th>on this node</th><td class="num">{{.Membership.Local}}</td></tr>
+<tr><th>weight (this replica's share)</th><td class="num" id="weight">{{num .Membership.Weight}} ({{pct .Membership.Weight}})</td></tr>
+<tr><th>view confirmed</th><td>{{time .Membership.ObservedAt}} ({{printf "%.1f" .Membership.AgeSeconds}} s ago)</td></tr>
+<tr><th>last error</th><td{{if .Membership.LastError}} class="bad"{{end}}>{{or .Membership.LastError "none"}} ({{.Membership.Errors}} errors since start)</td></tr>
+</table>
+<h2>Config</h2>
+<table id="config">
+<tr><th>generation</th><td class="num" id="generation">{{.Reload.Generation}}</td></tr>
+<tr><th>loaded</th><td>{{time .Reload.LoadedAt}}</td></tr>
+<tr><th>last reload</th><td{{if .Reload.LastError}} class="bad"{{end}}>{{if .Reload.LastError}}failed: {{.Reload.LastError}}{{else}}ok{{end}}</td></tr>
+<tr><th>files</th><td>{{range .Reload.Files}}{{.}}<br>{{end}}</td></tr>
+</table>
+<h2>Buckets</h2>
+<table id="buckets">
+<tr><th>live</th><td class="num" id="live">{{.Buckets}}</td></tr>
+<tr><th>cap (--max-buckets)</th><td class="num">{{.MaxBuckets}}</td></tr>
+<tr><th>decisions sent to overflow buckets</th><td class="num{{if .Overflowed}} bad{{end}}" id="overflowed">{{.Overflowed}}</td></tr>
+</table>
+<h2>Rules</h2>
+<table id="rules">
+<tr><th>rule</th><th>limit</th><th class="num">cluster rate /s</th><th class="num">cluster burst</th><th class="num">local share /s</th><th class="num">local burst</th><th>notes</th></tr>
+{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
+{{end}}</table>
+<h2>Over limit in the last minute (sampled)</h2>
+{{if .TopOverLimit}}<table id="overlimit"><tr><th>rule</th><th>descriptor</th><th class="num">samples</th></tr>
+{{range .TopOverLimit}}<tr><td>{{.Rule}}</td><td>{{.Value}}</td><td class="num">{{.Samples}}</td></tr>
+{{end}}</table>{{else}}<p id="overlimit">none</p>{{end}}
+</body></html>
+`))
+
+func formatFloat(f float64, prec int) string {
+	return template.HTMLEscapeString(trimFloat(f, prec))
+}
+
+// StatusPage renders the status page at /.
+func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	st := Status{Config: a.Snapshot(), Version: a.version, GeneratedAt: time.Now(), TopOverLimit: a.metrics.overLimit.top(20, topWindow)}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := statusPage.Execute(w, st); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
