@@ -46,3 +46,9 @@ bench-smoke:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./descriptors/... ./server/...
+
+# soak is not part of CI: ten minutes of mixed load on three daemons with a real
+# Consul, reloads every 20 s and a node leaving and rejoining every 30 s; it
+# fails if goroutines or heap grow, or any request fails.
+soak: consul
+	$(GO) run ./tools/soak -duration $${SOAK_DURATION:-10m}
