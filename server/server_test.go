@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -34,6 +35,7 @@ type fixture struct {
 	svc     *Service
 	client  rlsv3.RateLimitServiceClient
 	health  healthpb.HealthClient
+	conn    *grpc.ClientConn
 	now     int64
 }
 
@@ -65,6 +67,7 @@ func newFixture(t *testing.T, opts Options, weight float64) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); gs.Stop() })
+	f.conn = conn
 	f.client = rlsv3.NewRateLimitServiceClient(conn)
 	f.health = healthpb.NewHealthClient(conn)
 	return f
@@ -344,5 +347,32 @@ func TestCapsOverGRPC(t *testing.T) {
 			}
 			f.call(d("free=x"))
 		})
+	}
+}
+
+// TestReflectionListsServices is what `grpcurl -plaintext 127.0.0.1:8081 list`
+// does: the rate-limit service and health are discoverable without .proto files.
+func TestReflectionListsServices(t *testing.T) {
+	f := newFixture(t, Options{}, 1)
+	stream, err := reflectionpb.NewServerReflectionClient(f.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.CloseSend()
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		got[s.Name] = true
+	}
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"} {
+		if !got[want] {
+			t.Errorf("reflection does not list %s: %v", want, got)
+		}
 	}
 }
