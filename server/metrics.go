@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"time"
@@ -40,14 +41,17 @@ type Metrics struct {
 	MemberLocal   prometheus.Gauge
 	MemberWeight  prometheus.Gauge
 	MemberLastOK  prometheus.Gauge
-	MemberErrors  prometheus.Gauge
 	BucketsSwept  prometheus.Counter
 	Draining      prometheus.Gauge
 	bound         sync.Map // *descriptors.Set -> *boundRules
 	detailedMu    sync.Mutex
 	detailedCount map[string]int
 	overLimit     overLimitSample
+	memberErrors  atomic.Uint64
 }
+
+// SetMembershipErrors publishes the membership source's running error count.
+func (m *Metrics) SetMembershipErrors(n uint64) { m.memberErrors.Store(n) }
 
 // NewMetrics registers every series. live, overflowed and max read the bucket
 // store; viewAge reads the age of the membership view.
@@ -89,17 +93,17 @@ func NewMetrics(live func() int, overflowed func() uint64, maxBuckets int, viewA
 		Help: "This replica's share of every global limit."})
 	m.MemberLastOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_last_success_timestamp_seconds",
 		Help: "When the membership source last confirmed the view (0: never)."})
-	m.MemberErrors = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_errors",
-		Help: "Membership watch errors since start."})
 	m.BucketsSwept = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_buckets_swept_total",
 		Help: "Buckets dropped because they had refilled to full."})
 	m.Draining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_draining",
 		Help: "1 while shutting down."})
 	for _, c := range []prometheus.Collector{m.decisions, m.detailed, m.shadow, m.noLimit, m.invalid, m.panics, m.waits, m.latency,
-		m.Reloads, m.ReloadLast, m.Generation, m.Rules, m.MemberTotal, m.MemberLocal, m.MemberWeight, m.MemberLastOK, m.MemberErrors,
+		m.Reloads, m.ReloadLast, m.Generation, m.Rules, m.MemberTotal, m.MemberLocal, m.MemberWeight, m.MemberLastOK,
 		m.BucketsSwept, m.Draining} {
 		f(c)
 	}
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total",
+		Help: "Membership watch errors since start."}, func() float64 { return float64(m.memberErrors.Load()) }))
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_age_seconds",
 		Help: "Seconds since the membership view was last confirmed."}, viewAge))
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_buckets",

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,5 +112,41 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 	ci, _ := os.ReadFile("../../.ci/run")
 	if !strings.Contains(string(ci), "make test") || !strings.Contains(text, "make test") {
 		t.Error(".ci/run must run the README's test command, make test")
+	}
+}
+
+func TestHealthcheckCommand(t *testing.T) {
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthcheck" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, "OK")
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var out bytes.Buffer
+	if code := healthcheck(context.Background(), []string{"--http-addr", addr}, func(string) string { return "" }, &out, &out); code != 0 {
+		t.Fatalf("healthy: exit %d %s", code, out.String())
+	}
+	// The address also comes from the daemon's own variable.
+	env := func(k string) string { return map[string]string{"SHARELIMIT_HTTP_ADDR": addr}[k] }
+	status = http.StatusServiceUnavailable
+	if code := healthcheck(context.Background(), nil, env, &out, &out); code != 1 {
+		t.Fatalf("draining: exit %d", code)
+	}
+	srv.Close()
+	if code := healthcheck(context.Background(), []string{"--http-addr", addr, "--timeout", "200ms"}, env, &out, &out); code != 1 {
+		t.Fatalf("down: exit %d", code)
+	}
+}
+
+func TestHelpIsNotServe(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "help"} {
+		if code, out := runCLI(arg); code != 0 || !strings.Contains(out, "usage:") {
+			t.Errorf("%s: exit %d %q", arg, code, out)
+		}
 	}
 }

@@ -6,6 +6,7 @@
 //	sharelimit check [--replicas N] PATH...   validate descriptor YAML
 //	sharelimit explain ...         show how a request would be matched and limited
 //	sharelimit bench [flags]       the load generator
+//	sharelimit healthcheck         probe a running daemon's /healthcheck
 //	sharelimit version
 //
 // main only wires things together; each part lives in its own package.
@@ -35,7 +36,10 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		cmd = "help"
+	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -45,12 +49,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "explain":
 		return explain(args, stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, args, os.Getenv, stdout, stderr)
 	case "bench":
 		return loadgen.Main(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "sharelimit %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
-	case "help", "-h", "--help":
+	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -64,5 +70,7 @@ const usage = `usage:
   sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W] key=value...
                                              show which rule a request matches and its share
   sharelimit bench [flags]                   Envoy-shaped load generator (see sharelimit bench -h)
+  sharelimit healthcheck [--http-addr ADDR]  exit 0 if the daemon's /healthcheck answers 200 (for
+                                             container probes: the image has no shell or curl)
   sharelimit version
 `

@@ -86,7 +86,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 		metrics.MemberTotal.Set(float64(v.Total))
 		metrics.MemberLocal.Set(float64(v.Local))
 		metrics.MemberWeight.Set(v.Weight)
-		metrics.MemberErrors.Set(float64(v.Errors))
+		metrics.SetMembershipErrors(v.Errors)
 		if !v.ObservedAt.IsZero() {
 			metrics.MemberLastOK.Set(float64(v.ObservedAt.UnixNano()) / 1e9)
 		}

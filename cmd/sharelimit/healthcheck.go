@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sharelimit/sharelimit/config"
+)
+
+// healthcheck asks a running daemon's /healthcheck and exits 0 on 200, 1
+// otherwise. It exists for exec probes: the container image has no shell and no
+// curl, and the admin listener is loopback-only, so a probe must run inside the
+// pod's network namespace. It reads --http-addr like serve does, including
+// SHARELIMIT_HTTP_ADDR, so it finds the daemon without extra configuration.
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("http-addr", "", "the daemon's admin address (default: $"+config.EnvName("http-addr")+", else 127.0.0.1:8080)")
+	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *addr == "" {
+		*addr = getenv(config.EnvName("http-addr"))
+	}
+	if *addr == "" {
+		*addr = config.Defaults().HTTPAddr
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+*addr+"/healthcheck", nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "healthcheck:", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "healthcheck:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "healthcheck: %s: %s\n", resp.Status, body)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", body)
+	return 0
+}

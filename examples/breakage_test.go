@@ -1,0 +1,215 @@
+package examples_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// breakage is one realistic mistake in a deployment file, and what the guard
+// for that file must say about it. Each case proves a guard can fail: it runs
+// the same check as the real test, on a copy of the real file with the mistake
+// made.
+type breakage struct {
+	name     string
+	old, new string // the edit: the first occurrence of old (all, with all set)
+	all      bool
+	want     string // a problem must contain this
+}
+
+// breakFile applies one mistake, failing when the file no longer contains the
+// text to break (the case went stale and would test nothing).
+func breakFile(t *testing.T, data []byte, b breakage) []byte {
+	t.Helper()
+	if !strings.Contains(string(data), b.old) {
+		t.Fatalf("the file no longer contains %q: update this case", b.old)
+	}
+	n := 1
+	if b.all {
+		n = -1
+	}
+	return []byte(strings.Replace(string(data), b.old, b.new, n))
+}
+
+// expectProblem checks the guard found the mistake.
+func expectProblem(t *testing.T, p problems, want string) {
+	t.Helper()
+	for _, s := range p {
+		if strings.Contains(s, want) {
+			return
+		}
+	}
+	t.Errorf("the guard missed it: no problem mentions %q; it found:\n%s", want, strings.Join(p, "\n"))
+}
+
+// runBreakages runs each case against one file and one check.
+func runBreakages(t *testing.T, file string, check func(*problems, []byte), cases []breakage) {
+	t.Helper()
+	data := readFile(t, file)
+	for _, b := range cases {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			var p problems
+			check(&p, breakFile(t, data, b))
+			expectProblem(t, p, b.want)
+		})
+	}
+}
+
+func TestComposeGuardCatches(t *testing.T) {
+	t.Parallel()
+	runBreakages(t, "docker-compose.yml", checkCompose, []breakage{
+		{name: "misspelt flag", old: "- --consul-service", new: "- --consul-servce", want: "flag provided but not defined: -consul-servce"},
+		{name: "variable of no flag", old: "SHARELIMIT_DRAIN: 2s", new: "SHARELIMIT_DRAINING: 2s", want: "SHARELIMIT_DRAINING is not the variable of any serve flag"},
+		{name: "variable with a bad value", old: "SHARELIMIT_SHUTDOWN_TIMEOUT: 5s", new: "SHARELIMIT_SHUTDOWN_TIMEOUT: soon", want: "SHARELIMIT_SHUTDOWN_TIMEOUT"},
+		{name: "unknown variable", old: "CONSUL_HTTP_ADDR: 127.0.0.1:8500", new: "CONSUL_ADDR: 127.0.0.1:8500", want: "CONSUL_ADDR means nothing"},
+		{name: "config mounted elsewhere", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/rules:ro", want: "nothing is mounted there"},
+		{name: "config mounted read-write", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/config", want: "read-only"},
+		{name: "config that fails check", old: "./examples/config:", new: "./examples/testdata/invalid-descriptors:", want: "invalid rate limit unit 'fortnight'"},
+		{name: "config dir that does not exist", old: "./examples/config:", new: "./examples/konfig:", want: "--config-dir"},
+		{name: "grace shorter than the drain", old: "stop_grace_period: 10s", new: "stop_grace_period: 5s", want: "stop_grace_period"},
+		{name: "sidecar outside Envoy's namespace", old: "network_mode: service:envoy2\n    depends_on: [envoy2, consul2]", new: "network_mode: host\n    depends_on: [envoy2, consul2]", want: "network_mode"},
+		{name: "Consul address off the local agent", old: "CONSUL_HTTP_ADDR: 127.0.0.1:8500", new: "CONSUL_HTTP_ADDR: consul:8500", want: "CONSUL_HTTP_ADDR"},
+		{name: "registered service is not the counted one", old: "    - --consul-service\n    - app\n", new: "    - --consul-service\n    - web\n", want: `registers "app"`},
+		{name: "published port with no listener", old: `"10001:10000"`, new: `"10001:10080"`, want: "no listener"},
+		{name: "two agents with one node name", old: "-node=node2", new: "-node=node1", want: "each app node needs its own"},
+		{name: "initial replicas off the node count", old: `- "3"`, new: `- "2"`, want: "--replicas 2"},
+		{name: "agent joins nothing", old: "-retry-join=consul,", new: "-retry-join=consol,", want: "not a Consul server"},
+		{name: "unpinned image", old: "nginx:1.27-alpine", new: "nginx:latest", want: "pin a tag"},
+		{name: "bootstrap not mounted", old: "./examples/envoy/envoy.yaml:/etc/envoy/envoy.yaml:ro", new: "./examples/envoy/envoy.yaml:/etc/envoy/other.yaml:ro", want: "not mounted"},
+	})
+}
+
+func TestEnvoyGuardCatches(t *testing.T) {
+	t.Parallel()
+	check := func(p *problems, data []byte) {
+		checkEnvoy(p, "envoy.yaml", data, envoyWant{grpcAddr: "127.0.0.1:8081", configDir: filepath.Join(repo, "examples", "config"), replicas: 3})
+	}
+	runBreakages(t, "examples/envoy/envoy.yaml", check, []breakage{
+		{name: "sidecar on another port", old: "port_value: 8081", new: "port_value: 8082", want: "but sharelimit listens on --grpc-addr 127.0.0.1:8081"},
+		{name: "descriptor no rule matches", old: "descriptor_value: api", new: "descriptor_value: apx", want: "matches no rule"},
+		{name: "nested descriptor no rule matches", old: "descriptor_value: login", new: "descriptor_value: signin", want: "header_match=signin"},
+		{name: "domain no file defines", old: "domain: edge", new: "domain: edges", want: "matches no rule"},
+		{name: "HTTP/1 to a gRPC service", old: "http2_protocol_options: {}", new: "http_protocol_options: {}", want: "HTTP/2"},
+		{name: "misspelt field", old: "failure_mode_deny: false", new: "failure_mode_deni: false", want: "not a valid Envoy v3 bootstrap"},
+		{name: "misspelt typed config", old: "v3.RateLimit\n", new: "v3.RateLimits\n", want: "not a valid Envoy v3 bootstrap"},
+		{name: "value the API forbids", old: "connect_timeout: 0.25s", new: "connect_timeout: -1s", want: "ConnectTimeout"},
+		{name: "transport other than v3", old: "transport_api_version: V3", new: "transport_api_version: AUTO", want: "transport_api_version"},
+		{name: "admin off loopback", old: "address: 127.0.0.1, port_value: 9901", new: "address: 0.0.0.0, port_value: 9901", want: "admin"},
+		{name: "action the guard cannot model", old: "- remote_address: {}", new: "- source_cluster: {}", want: "does not know"},
+		{name: "route to a missing cluster", old: "cluster: app\n", new: "cluster: ap\n", want: "does not exist"},
+		{name: "rate-limit service cluster missing", old: "cluster_name: sharelimit }", new: "cluster_name: ratelimit }", want: `cluster "ratelimit" does not exist`},
+	})
+}
+
+func TestDockerfileGuardCatches(t *testing.T) {
+	t.Parallel()
+	gomod := string(readFile(t, "go.mod"))
+	check := func(p *problems, data []byte) { checkDockerfile(p, string(data), gomod) }
+	runBreakages(t, "Dockerfile", check, []breakage{
+		{name: "runs as root", old: "USER 65532:65532", new: "USER root", want: "numeric non-root"},
+		{name: "uid 0", old: "USER 65532:65532", new: "USER 0", want: "numeric non-root"},
+		{name: "builds another package", old: "-o /out/sharelimit ./cmd/sharelimit", new: "-o /out/sharelimit ./loadgen", want: "the binary is ./cmd/sharelimit"},
+		{name: "final stage with a distribution", old: "FROM gcr.io/distroless/static-debian12:nonroot", new: "FROM debian:12", want: "distroless"},
+		{name: "shell-form entrypoint", old: `ENTRYPOINT ["/sharelimit"]`, new: "ENTRYPOINT /sharelimit", want: "exec (JSON array) form"},
+		{name: "entrypoint is not the built binary", old: `ENTRYPOINT ["/sharelimit"]`, new: `ENTRYPOINT ["/usr/bin/sharelimit"]`, want: "ENTRYPOINT"},
+		{name: "older Go than go.mod", old: "FROM golang:1.26 AS build", new: "FROM golang:1.22 AS build", want: "go.mod asks for"},
+		{name: "default command with a bad flag", old: `"--config-dir"`, new: `"--config"`, want: "flag provided but not defined"},
+		{name: "cgo left on", old: "CGO_ENABLED=0 ", new: "", want: "CGO_ENABLED=0"},
+		{name: "binary not copied", old: "COPY --from=build /out/sharelimit /sharelimit", new: "COPY --from=build /out/other /sharelimit", want: "does not copy"},
+	})
+}
+
+func TestDockerignoreGuardCatches(t *testing.T) {
+	t.Parallel()
+	inputs := buildInputs(t)
+	check := func(p *problems, data []byte) { checkDockerignore(p, dockerignorePatterns(string(data)), inputs) }
+	runBreakages(t, ".dockerignore", check, []breakage{
+		{name: "a package directory", old: "\nbin\n", new: "\nbin\nconfig\n", want: "config/config.go"},
+		{name: "every Go file", old: "**/*_test.go", new: "**/*.go", want: "cmd/sharelimit/main.go"},
+		{name: "go.sum", old: "\nbin\n", new: "\nbin\ngo.sum\n", want: "go.sum"},
+	})
+}
+
+func TestSystemdGuardCatches(t *testing.T) {
+	t.Parallel()
+	check := func(p *problems, data []byte) { checkUnit(p, string(data)) }
+	runBreakages(t, "examples/systemd/sharelimit.service", check, []breakage{
+		{name: "static user", old: "DynamicUser=yes", new: "DynamicUser=no", want: "DynamicUser=yes"},
+		{name: "admin on every interface", old: "--http-addr 127.0.0.1:8080", new: "--http-addr 0.0.0.0:8080", want: "not a loopback address"},
+		{name: "allowed off loopback", old: "--http-addr 127.0.0.1:8080", new: "--http-addr 0.0.0.0:8080 --allow-remote", want: "is not loopback"},
+		{name: "stop timeout shorter than the drain", old: "TimeoutStopSec=30s", new: "TimeoutStopSec=10s", want: "TimeoutStopSec"},
+		{name: "misspelt flag", old: "--drain 5s", new: "--drain-time 5s", want: "flag provided but not defined"},
+		{name: "variable of no flag", old: "SHARELIMIT_REPLICAS=3", new: "SHARELIMIT_REPLICA=3", want: "SHARELIMIT_REPLICA is not"},
+		{name: "a reload signal that kills", old: "Restart=on-failure", new: "Restart=on-failure\nExecReload=/bin/kill -HUP $MAINPID", want: "ExecReload"},
+		{name: "remote Consul", old: "CONSUL_HTTP_ADDR=127.0.0.1:8500", new: "CONSUL_HTTP_ADDR=10.0.0.5:8500", want: "CONSUL_HTTP_ADDR"},
+		{name: "capabilities kept", old: "CapabilityBoundingSet=\n", new: "CapabilityBoundingSet=CAP_NET_ADMIN\n", want: "CapabilityBoundingSet"},
+	})
+	data := readFile(t, "examples/systemd/sharelimit.service")
+	for _, b := range []breakage{
+		{name: "systemd: unknown directive", old: "PrivateDevices=yes", new: "PrivateDevice=yes", want: "Unknown key"},
+		{name: "systemd: sandbox removed", old: "# Hardening.", new: "[X-Unhardened]\n# Hardening.", want: "exposure is above 2.0"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			var p problems
+			systemdAnalyze(t, &p, breakFile(t, data, b))
+			expectProblem(t, p, b.want)
+		})
+	}
+}
+
+func TestKubernetesGuardCatches(t *testing.T) {
+	t.Parallel()
+	files := kubernetesFiles(t)
+	for _, tc := range []struct {
+		file string
+		breakage
+	}{
+		{"daemonset.yaml", breakage{name: "subPath mount", old: "mountPath: /etc/sharelimit/config\n", new: "mountPath: /etc/sharelimit/config\n              subPath: edge.yaml\n", want: "subPath"}},
+		{"daemonset.yaml", breakage{name: "probe at the loopback admin port", old: "port: health", new: "port: 8080", want: "admin listener is on loopback"}},
+		{"daemonset.yaml", breakage{name: "variable of no flag", old: "name: SHARELIMIT_NODE\n", new: "name: SHARELIMIT_NODENAME\n", want: "SHARELIMIT_NODENAME is not"}},
+		{"daemonset.yaml", breakage{name: "misspelt field", old: "readOnlyRootFilesystem: true", new: "readOnlyRootFileSystem: true", want: "readOnlyRootFileSystem not found"}},
+		{"daemonset.yaml", breakage{name: "writable root", old: "readOnlyRootFilesystem: true", new: "readOnlyRootFilesystem: false", want: "readOnlyRootFilesystem"}},
+		{"daemonset.yaml", breakage{name: "grace shorter than the drain", old: "terminationGracePeriodSeconds: 30", new: "terminationGracePeriodSeconds: 10", want: "terminationGracePeriodSeconds"}},
+		{"daemonset.yaml", breakage{name: "Consul elsewhere", old: "value: $(HOST_IP):8500", new: "value: consul.service.consul:8500", want: "CONSUL_HTTP_ADDR"}},
+		{"daemonset.yaml", breakage{name: "node name not the node's", old: "fieldRef: { fieldPath: spec.nodeName }", new: "fieldRef: { fieldPath: metadata.name }", want: "--node"}},
+		{"daemonset.yaml", breakage{name: "registered under another name", old: `"name": "edge-gateway"`, new: `"name": "gateway"`, want: "registered service name"}},
+		{"daemonset.yaml", breakage{name: "config mounted elsewhere", old: "mountPath: /etc/sharelimit/config\n", new: "mountPath: /etc/sharelimit/rules\n", want: "nothing is mounted there"}},
+		{"daemonset.yaml", breakage{name: "flag with a bad value", old: "value: json", new: "value: yaml", want: "--log-format"}},
+		{"descriptors-configmap.yaml", breakage{name: "ConfigMap drifted from examples/config", old: "requests_per_unit: 50", new: "requests_per_unit: 55", want: "no longer compiles"}},
+		{"descriptors-configmap.yaml", breakage{name: "ConfigMap that fails check", old: "unit: second", new: "unit: fortnight", want: "invalid rate limit unit"}},
+		{"envoy-configmap.yaml", breakage{name: "Envoy on another port", old: "port_value: 8081", new: "port_value: 8089", want: "points at"}},
+		{"envoy-configmap.yaml", breakage{name: "health listener passes everything", old: "path: /healthcheck\n", new: "prefix: /\n", want: "only the exact path /healthcheck"}},
+		{"envoy-configmap.yaml", breakage{name: "health listener on loopback", old: "address: 0.0.0.0, port_value: 9902", new: "address: 127.0.0.1, port_value: 9902", want: "no Envoy HTTP listener the kubelet can reach"}},
+		{"kustomization.yaml", breakage{name: "a manifest left out", old: "  - daemonset.yaml\n", new: "", want: "daemonset.yaml is not among its resources"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broken := map[string][]byte{}
+			for k, v := range files {
+				broken[k] = v
+			}
+			broken[tc.file] = breakFile(t, files[tc.file], tc.breakage)
+			var p problems
+			checkKubernetes(&p, broken)
+			expectProblem(t, p, tc.want)
+		})
+	}
+}
+
+func TestGrafanaGuardCatches(t *testing.T) {
+	t.Parallel()
+	got := scrapeRunningDaemon(t)
+	check := func(p *problems, data []byte) { checkDashboard(p, data, got) }
+	runBreakages(t, "examples/grafana/sharelimit.json", check, []breakage{
+		{name: "misspelt metric", old: `sharelimit_decisions_total{code=\"OVER_LIMIT\"`, new: `sharelimit_decision_total{code=\"OVER_LIMIT\"`, want: "sharelimit_decision_total: the daemon exports no such series"},
+		{name: "value the daemon never exports", old: `code=\"OVER_LIMIT\"`, new: `code=\"OVERLIMIT\"`, want: "no such value"},
+		{name: "label the metric lacks", old: `sharelimit_decisions_total{code=`, new: `sharelimit_decisions_total{status=`, want: `has no label "status"`},
+		{name: "group by a label nobody has", old: "sum by (code)", new: "sum by (status)", want: `groups by "status"`},
+		{name: "misspelt function", old: "histogram_quantile(0.5", new: "histogram_quantil(0.5", want: "not a PromQL function"},
+		{name: "hard-wired data source", old: `"uid": "${datasource}"`, new: `"uid": "prom"`, want: "use ${datasource}"},
+		{name: "panel family dropped", old: "sharelimit_panics_total", new: "sharelimit_no_limit_total", all: true, want: "no panel shows sharelimit_panics_total"},
+		{name: "unbalanced query", old: "histogram_quantile(0.5, ", new: "histogram_quantile((0.5, ", want: "unbalanced"},
+	})
+}
