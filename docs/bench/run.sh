@@ -28,19 +28,20 @@ echo
 echo "## 1 descriptor, open loop at 50% of the no-op server's closed-loop throughput ($HALF/s)"
 cmp --rate "$HALF"
 echo
-echo "## 10 descriptors per request vs 1 (sharelimit only, closed loop, c=16)"
-for n in 1 10; do
-	"$BIN" bench --target 127.0.0.1:19092 --server-pid "$SL" --concurrency 16 --descriptors "$n" --shape remote_address \
-		--cardinality 1000 --duration "$DUR" --warmup 1s --domain bench --progress=false | sed -n '1,4p'
+one() { "$BIN" bench --target 127.0.0.1:19092 --server-pid "$SL" --concurrency 16 --duration "$DUR" --warmup 1s \
+	--domain bench --progress=false "$@" | grep -A1 '^req/s'; }
+echo "## 10 descriptors per request vs 1 (sharelimit, per-IP keys, closed loop, c=16; alternating)"
+for r in $(seq "$ROUNDS"); do
+	for n in 1 10; do echo "descriptors=$n"; one --descriptors "$n" --shape remote_address --cardinality 1000; done
 done
 echo
-echo "## key cardinality 1 vs 1M per-IP keys (sharelimit only, closed loop, c=16)"
-for card in 1 1000000; do
-	"$BIN" bench --target 127.0.0.1:19092 --server-pid "$SL" --concurrency 16 --shape remote_address \
-		--cardinality "$card" --duration "$DUR" --warmup 1s --domain bench --progress=false | sed -n '1,4p'
+echo "## key cardinality 1 vs 1M per-IP keys (sharelimit, closed loop, c=16; alternating)"
+for r in $(seq "$ROUNDS"); do
+	for card in 1 1000000; do echo "cardinality=$card"; one --shape remote_address --cardinality "$card"; done
 done
 echo
-echo "## RSS with 1M live per-IP buckets"
+echo "## RSS with 1M live per-IP buckets (domain bench-hold: 100 a day, so nothing is swept)"
+curl -s 127.0.0.1:19093/metrics | grep -E '^sharelimit_buckets |^process_resident_memory_bytes'
 "$BIN" bench --target 127.0.0.1:19092 --concurrency 16 --shape remote_address --cardinality 1000000 \
-	--requests 1000000 --domain bench --progress=false >/dev/null
+	--requests 1000000 --domain bench-hold --progress=false >/dev/null
 curl -s 127.0.0.1:19093/metrics | grep -E '^sharelimit_buckets |^process_resident_memory_bytes'
