@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sharelimit/sharelimit/server"
 )
 
 // progressAuto: with no --progress flag, progress lines go to stderr when the run
@@ -273,6 +275,9 @@ func output(w io.Writer, asJSON bool, r report) error {
 }
 
 func serveNoopMain(ctx context.Context, addr string, asJSON bool, stdout, stderr io.Writer) int {
+	// The floor runs with serve's runtime settings, GC included, or the
+	// comparison would measure the collector, not the decision.
+	server.ApplyRuntimeDefaults(os.Getenv)
 	lis, err := listen(addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: serve-noop: %v\n", err)

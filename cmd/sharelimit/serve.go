@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,9 +35,6 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// defaultGCPercent is the GOGC the daemon runs with unless GOGC is set.
-const defaultGCPercent = 400
-
 // serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	cfg, err := config.Parse("serve", args, getenv, stderr)
@@ -54,14 +50,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return 2
 	}
 	log := newLogger(cfg, stderr)
-	if getenv("GOGC") == "" {
-		// The live heap is small (a few MB plus the buckets) while gRPC
-		// allocates on every request, so at Go's default of 100 the collector
-		// runs every few hundred requests. 400 cuts the CPU per decision by
-		// about a sixth (docs/BENCHMARKS.md) for a few tens of MB. GOGC and
-		// GOMEMLIMIT, when set, are the operator's to choose.
-		debug.SetGCPercent(defaultGCPercent)
-	}
+	server.ApplyRuntimeDefaults(getenv)
 	if err := runDaemon(ctx, cfg, log, stderr); err != nil {
 		log.Error("sharelimit stopped", "err", err)
 		return 1
