@@ -113,6 +113,12 @@ type one struct {
 	dur  durationpb.Duration
 }
 
+// statusBlock keeps a status and its duration_until_reset side by side.
+type statusBlock struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
+}
+
 func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	if len(sts) == 1 {
@@ -122,12 +128,13 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 		fill(&o.st, &o.dur, &sts[0])
 		resp = &o.resp
 	} else {
+		// Three allocations for any count: the response, the pointer slice the
+		// message needs, and one block holding every status with its duration.
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sts))}
-		out := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(sts))
-		durs := make([]durationpb.Duration, len(sts))
+		blocks := make([]statusBlock, len(sts))
 		for i := range sts {
-			fill(&out[i], &durs[i], &sts[i])
-			resp.Statuses[i] = &out[i]
+			fill(&blocks[i].st, &blocks[i].dur, &sts[i])
+			resp.Statuses[i] = &blocks[i].st
 		}
 	}
 	resp.OverallCode = overall
