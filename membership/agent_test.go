@@ -30,7 +30,6 @@ func TestAgentViewFollowsCatalog(t *testing.T) {
 		change       func()
 		total, local int
 	}{
-		{"empty catalog: nothing passing, the replica counts itself in", func() {}, 0, 0},
 		{"first instance, on this node", func() { a.RegisterInstance("node-a", "web-a1", "web", true) }, 1, 1},
 		{"two more nodes: 1/N", func() {
 			a.RegisterInstance("node-b", "web-b1", "web", true)
@@ -54,6 +53,11 @@ func TestAgentViewFollowsCatalog(t *testing.T) {
 			a.Deregister("node-a", "web-a2")
 		}, 2, 0},
 	}
+	// An empty catalog is not a view: the --replicas view stands, reported.
+	v := waitView(t, c, func(v View) bool { return v.Errors >= 1 }, "the empty catalog reported")
+	if v.Total != 5 || v.Weight != 0.2 || !strings.Contains(v.LastError, "none passing") || !v.ObservedAt.IsZero() {
+		t.Fatalf("empty catalog: view = %+v; want the --replicas view (5, weight 1/5) to stand", v)
+	}
 	var latencies []time.Duration
 	for i, s := range steps {
 		start := time.Now()
@@ -62,7 +66,7 @@ func TestAgentViewFollowsCatalog(t *testing.T) {
 		took := time.Since(start)
 		latencies = append(latencies, took)
 		t.Logf("step %2d %-62s total %d local %d weight %.4f after %s", i, s.name, v.Total, v.Local, v.Weight, took.Round(100*time.Microsecond))
-		if v.Source != "consul" || v.Node != "node-a" || v.ObservedAt.IsZero() || v.LastError != "" || v.Errors != 0 {
+		if v.Source != "consul" || v.Node != "node-a" || v.ObservedAt.IsZero() || v.LastError != "" {
 			t.Fatalf("step %d: view = %+v; want a confirmed consul view without errors", i, v)
 		}
 	}
@@ -172,7 +176,7 @@ func TestAgentQueryOptions(t *testing.T) {
 	}{
 		{name: "no filter", cfg: ConsulConfig{}, want: counts(3, 1)},
 		{name: "filter on a tag", cfg: ConsulConfig{Filter: `Service.Tags contains "canary"`}, want: counts(2, 1)},
-		{name: "filter matching nothing", cfg: ConsulConfig{Filter: `Node.Node == "node-z"`}, want: counts(0, 0)},
+		{name: "filter matching nothing", cfg: ConsulConfig{Filter: `Node.Node == "node-z"`}, wantErr: "none passing"},
 		{name: "stale read", cfg: ConsulConfig{Stale: true}, want: counts(3, 1)},
 		{name: "the agent's own datacenter", cfg: ConsulConfig{Datacenter: "dc1"}, want: counts(3, 1)},
 		{name: "wrong datacenter", cfg: ConsulConfig{Datacenter: "nope"}, wantErr: "No path to datacenter"},

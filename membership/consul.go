@@ -317,6 +317,14 @@ func (c *Consul) poll(ctx context.Context, node string) (total, local int, err e
 	}
 	c.index = next
 	total, local = countPassing(entries, node)
+	if total == 0 {
+		// No passing instance at all is what an emptied catalog looks like (a
+		// restarted agent before re-registration, a filter matching nothing).
+		// Counting ourselves in would let every replica enforce each limit
+		// whole, N times the cap; tighter, never looser: the last view stands
+		// and this is reported like any failed query.
+		return 0, 0, fmt.Errorf("query passing instances of %q: none passing; the last view stands", c.cfg.Service)
+	}
 	if total > c.cfg.MaxInstances {
 		return 0, 0, fmt.Errorf("query passing instances of %q: %d listed, limit %d: %w",
 			c.cfg.Service, total, c.cfg.MaxInstances, errTooMany)
@@ -391,9 +399,6 @@ func (c *Consul) observe(node string, total, local int) {
 	switch {
 	case !first && prev.Total == total && prev.Local == local:
 		c.log.Debug("consul membership: view confirmed", "total", total, "local", local, "index", c.index)
-	case total == 0:
-		c.log.Warn("consul membership: no passing instance of the service; this replica counts itself in and enforces every limit whole",
-			"service", c.cfg.Service, "node", node, "total", total, "local", local, "weight", v.Weight)
 	default:
 		args := []any{"service", c.cfg.Service, "node", node, "total", total, "local", local, "weight", v.Weight}
 		if !first {

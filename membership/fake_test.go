@@ -500,19 +500,26 @@ func TestFakeAbsurdCount(t *testing.T) {
 
 func TestFakeZeroPassing(t *testing.T) {
 	t.Parallel()
+	// Four instances, then none: an emptied catalog must not make every
+	// replica enforce each limit whole. The last view stands, reported.
 	f := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		if n > 0 {
+		switch n {
+		case 0:
+			reply(w, 10, entries("node-a", "node-b", "node-c", "node-d"))
+		case 1:
+			reply(w, 11, []byte("[]"))
+		default:
 			hold(r, time.Minute)
+			reply(w, 11, []byte("[]"))
 		}
-		reply(w, 10, []byte("[]"))
 	})
 	var logs logBuffer
 	c := watch(t, fast(ConsulConfig{Replicas: 3, Logger: logs.logger()}), newClient(t, f.addr(), ""))
-	v := waitView(t, c, counts(0, 0), "no instances")
-	if v.Weight != 1 || v.ObservedAt.IsZero() {
-		t.Fatalf("view = %+v; want weight 1, observed", v)
+	v := waitView(t, c, func(v View) bool { return v.Errors >= 1 }, "the empty answer reported")
+	if v.Total != 4 || v.Weight != 0.25 || !strings.Contains(v.LastError, "none passing") {
+		t.Fatalf("view = %+v; want the last view (4 instances, weight 1/4) with the condition reported", v)
 	}
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "no passing instance") }, "a warning about zero instances")
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "none passing") }, "a warning about zero instances")
 	if !strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("zero instances not logged at warn:\n%s", logs.String())
 	}
