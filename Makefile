@@ -7,7 +7,7 @@ GO ?= go
 PKGS := ./...
 FUZZTIME ?= 10s
 
-.PHONY: run test lint unit fuzz bench-smoke consul bench soak build
+.PHONY: run test deps lint unit fuzz bench-smoke consul bench soak build
 
 build:
 	$(GO) build -o bin/sharelimit ./cmd/sharelimit
@@ -20,7 +20,13 @@ run:
 consul:
 	@tools/consul/install.sh >/dev/null
 
-test: consul lint unit fuzz bench-smoke
+test: deps consul lint unit fuzz bench-smoke
+
+# deps installs the Debian tools the tests use when a machine lacks them:
+# systemd-analyze checks the example unit, flock serialises the Consul build.
+deps:
+	@command -v systemd-analyze >/dev/null && command -v flock >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq systemd util-linux >/dev/null; }
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,21 @@
+// Package e2e proves sharelimit's promise with real processes: K daemons built
+// from cmd/sharelimit, one real Consul agent (internal/consultest) whose health
+// catalog lists K nodes' instances of the service "app", and Envoy-shaped gRPC
+// load spread over the daemons as a load balancer in front of the nodes would.
+// Each daemon runs as its node (--node), on its own loopback ports, watching
+// the same config directory. The tests assert that the aggregate admitted rate
+// tracks the global limit in a steady state, while the replica count changes,
+// while Consul is down, under uneven traffic and across a config reload, and
+// that a daemon drains cleanly on SIGTERM; each prints a table of what it
+// measured (go test -v).
+//
+//	go test -race -count=1 -v ./e2e/
+//
+// The package holds no code of its own; everything is in its tests. Set
+// SHARELIMIT_E2E_TIMESERIES=path to have the scale-up test write its time
+// series as JSON (a relative path is relative to this directory); tools/chart
+// renders it:
+//
+//	SHARELIMIT_E2E_TIMESERIES=/tmp/scale-event.json go test -race -count=1 -run TestScaleUp ./e2e/
+//	go run ./tools/chart -in /tmp/scale-event.json -out docs/scale-event.svg
+package e2e

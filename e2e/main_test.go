@@ -1,0 +1,34 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// sharelimitBin is the daemon under test, built once by TestMain without the
+// race detector: the daemons are the system under test, not the test.
+var sharelimitBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sharelimit-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		os.Exit(1)
+	}
+	sharelimitBin = filepath.Join(dir, "sharelimit")
+	build := exec.Command("go", "build", "-o", sharelimitBin, "github.com/sharelimit/sharelimit/cmd/sharelimit")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build sharelimit: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
+}
