@@ -275,9 +275,12 @@ func output(w io.Writer, asJSON bool, r report) error {
 }
 
 func serveNoopMain(ctx context.Context, addr string, asJSON bool, stdout, stderr io.Writer) int {
-	// The floor runs with serve's runtime settings, GC included, or the
-	// comparison would measure the collector, not the decision.
-	server.ApplyRuntimeDefaults(os.Getenv)
+	// The floor runs with serve's runtime settings, GC pacing included, or
+	// the comparison would measure the collector, not the decision.
+	tctx, stopTuner := context.WithCancel(ctx)
+	tuned := make(chan struct{})
+	go func() { server.GCTuner{}.Run(tctx); close(tuned) }()
+	defer func() { stopTuner(); <-tuned }()
 	lis, err := listen(addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: serve-noop: %v\n", err)

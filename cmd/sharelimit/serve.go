@@ -50,7 +50,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return 2
 	}
 	log := newLogger(cfg, stderr)
-	server.ApplyRuntimeDefaults(getenv)
 	if err := runDaemon(ctx, cfg, log, stderr); err != nil {
 		log.Error("sharelimit stopped", "err", err)
 		return 1
@@ -217,6 +216,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 	if consul != nil {
 		g.Go(func() error { return consul.Run(gctx) })
 	}
+	g.Go(func() error { return server.GCTuner{}.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
 		// Drain: report NOT_SERVING first, keep answering while Envoy moves away,
