@@ -37,7 +37,7 @@ h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
 th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00}
 </style></head><body>
-<h1>sharelimit</h1>
+<h1>sharelimit {{.Version}}</h1>
 <p>Refreshes every 5 s. Generated {{time .GeneratedAt}}. Machine-readable: <a href="/rlconfig?format=json">/rlconfig?format=json</a>, <a href="/metrics">/metrics</a>.</p>
 <h2>Membership</h2>
 <table id="membership">
@@ -77,7 +77,7 @@ func formatFloat(f float64, prec int) string {
 	return template.HTMLEscapeString(trimFloat(f, prec))
 }
 
-// StatusPage renders the status page at /.
+// statusPage renders the status page at /.
 func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/" {
 		http.NotFound(w, r)
