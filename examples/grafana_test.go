@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // exported is what a /metrics scrape showed: metric name -> label -> values.
@@ -445,24 +446,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // scrapeRunningDaemon starts the real binary on the example config, drives
 // traffic that gives every decision family a series (OK, OVER_LIMIT, an
 // unmatched descriptor, an invalid request), and returns its /metrics.
@@ -471,7 +454,7 @@ func scrapeRunningDaemon(t *testing.T) exported {
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(sharelimitBin, "serve", "--config-dir", filepath.Join(repo, "examples", "config"),
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--drain", "0", "--shutdown-timeout", "1s")
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -7,9 +7,10 @@ import (
 	"flag"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestMainUsageErrors(t *testing.T) {
@@ -81,30 +82,12 @@ func TestMainRunFailure(t *testing.T) {
 	}
 }
 
-// lockedBuffer lets the test read what a Main running on another goroutine writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startNoopMain runs `bench --serve-noop` until the test ends and returns the
 // address it printed.
 func startNoopMain(t *testing.T, addr string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testutil.Buffer
 	code := make(chan int, 1)
 	go func() { code <- Main(ctx, []string{"--serve-noop", addr, "--json"}, &stdout, &stderr) }()
 	t.Cleanup(func() {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // startNoop serves ServeNoop on a loopback port for the rest of the test.
@@ -396,7 +398,7 @@ func BenchmarkRunNoop(b *testing.B) {
 func TestRunProgress(t *testing.T) {
 	t.Parallel()
 	addr := startNoop(t)
-	var progress lockedBuffer
+	var progress testutil.Buffer
 	res, err := Run(context.Background(), Config{
 		Targets: []string{addr}, Duration: 2 * time.Second, Concurrency: 2,
 		Progress: &progress, Label: "noop",

@@ -1,18 +1,18 @@
 package membership
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 	"go.uber.org/goleak"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -34,22 +34,7 @@ func newClient(t testing.TB, addr, token string) *api.Client {
 }
 
 // logBuffer collects slog output from Run's goroutine for the test goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ testutil.Buffer }
 
 func (b *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))

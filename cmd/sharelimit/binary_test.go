@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // freePort returns a loopback port nothing listens on at the moment.
@@ -33,19 +33,6 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestBinaryServesAndDrains builds the real binary, runs it on the example
 // config, answers a request over gRPC, and stops it with SIGTERM: health turns
 // NOT_SERVING during the drain, in-flight service continues, and it exits 0.
@@ -58,7 +45,7 @@ func TestBinaryServesAndDrains(t *testing.T) {
 	grpcAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	cmd := exec.Command(bin, "serve", "--config-dir", "../../examples/config", "--grpc-addr", grpcAddr, "--drain", "1")
 	cmd.Env = append(os.Environ(), "SHARELIMIT_HTTP_ADDR="+httpAddr, "SHARELIMIT_LOG_FORMAT=json")
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 const secretToken = "tok-4f1e-9c2d-secret"
@@ -110,7 +112,7 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 	cmd := exec.Command(bin, "serve", "--config-dir", "../../examples/config", "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--consul-service", "app", "--node", "n1", "--consul-query-rate", "50", "--consul-wait", "1s", "--drain", "0", "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consul.URL, "http://"), "CONSUL_HTTP_TOKEN="+secretToken)
-	var logs syncBuffer
+	var logs testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -211,7 +213,7 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool, logs *syncBuffer) {
+func waitUntil(t *testing.T, what string, cond func() bool, logs *testutil.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
