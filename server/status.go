@@ -19,8 +19,8 @@ type Status struct {
 const topWindow = time.Minute
 
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"pct": func(w float64) string { return formatFloat(w*100, 4) + "%" },
-	"num": func(f float64) string { return formatFloat(f, 6) },
+	"pct": func(w float64) string { return trimFloat(w*100, 4) + "%" },
+	"num": func(f float64) string { return trimFloat(f, 6) },
 	"time": func(t time.Time) string {
 		if t.IsZero() {
 			return "never"
@@ -73,16 +73,8 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 </body></html>
 `))
 
-func formatFloat(f float64, prec int) string {
-	return template.HTMLEscapeString(trimFloat(f, prec))
-}
-
 // statusPage renders the status page at /.
-func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/" {
-		http.NotFound(w, r)
-		return
-	}
+func (a *Admin) statusPage(w http.ResponseWriter, _ *http.Request) {
 	st := Status{Config: a.Snapshot(), Version: a.version, GeneratedAt: time.Now(), TopOverLimit: a.metrics.overLimit.top(20, topWindow)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := statusPage.Execute(w, st); err != nil {
