@@ -295,26 +295,36 @@ func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hi
 // markReplaced drops, within one request, every limit named in another matched
 // limit's replaces.
 func markReplaced(out []Status) {
+	replacements(len(out), func(i int) *Limit { return out[i].Limit }, func(_, dropped int, _ string) {
+		out[dropped].Replaced = true
+	})
 	for i := range out {
-		li := out[i].Limit
+		if out[i].Replaced {
+			out[i].Limit = nil
+		}
+	}
+}
+
+// replacements calls drop for every pair of a request's n limits where the
+// limit at by names the limit at dropped in its replaces. limit(i) is nil for a
+// descriptor without a limit. Decide and Explain share it, so what explain
+// reports is what a decision does.
+func replacements(n int, limit func(int) *Limit, drop func(by, dropped int, name string)) {
+	for i := 0; i < n; i++ {
+		li := limit(i)
 		if li == nil || len(li.Replaces) == 0 {
 			continue
 		}
-		for j := range out {
-			lj := out[j].Limit
+		for j := 0; j < n; j++ {
+			lj := limit(j)
 			if j == i || lj == nil || lj.Name == "" {
 				continue
 			}
 			for _, name := range li.Replaces {
 				if name == lj.Name {
-					out[j].Replaced = true
+					drop(i, j, name)
 				}
 			}
-		}
-	}
-	for i := range out {
-		if out[i].Replaced {
-			out[i].Limit = nil
 		}
 	}
 }

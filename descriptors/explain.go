@@ -29,23 +29,17 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 	}
 	// replaces, across the request's descriptors
 	replaced := make([]bool, len(matched))
-	for i, ri := range matched {
-		if ri == nil || len(ri.Limit.Replaces) == 0 {
-			continue
+	limit := func(i int) *Limit {
+		if matched[i] == nil {
+			return nil
 		}
-		for j, rj := range matched {
-			if j == i || rj == nil || rj.Limit.Name == "" {
-				continue
-			}
-			for _, name := range ri.Limit.Replaces {
-				if name == rj.Limit.Name {
-					fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
-						j+1, name, i+1, ri.Path, j+1)
-					replaced[j] = true
-				}
-			}
-		}
+		return matched[i].Limit
 	}
+	replacements(len(matched), limit, func(by, dropped int, name string) {
+		fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
+			dropped+1, name, by+1, matched[by].Path, dropped+1)
+		replaced[dropped] = true
+	})
 	for i, r := range matched {
 		if r != nil && !replaced[i] {
 			explainLimit(out, i+1, r, descs[i], w)
