@@ -42,8 +42,11 @@ type Watcher struct {
 
 // Load loads Dir once, applying it on success. It is what Run does on a change,
 // and what the daemon calls at start-up.
-func (w *Watcher) Load() error {
-	w.last = fingerprint(w.Dir)
+func (w *Watcher) Load() error { return w.load(fingerprint(w.Dir)) }
+
+// load loads Dir, whose contents fingerprint to fp.
+func (w *Watcher) load(fp [32]byte) error {
+	w.last = fp
 	set, err := descriptors.LoadPaths(w.Dir)
 	if err != nil {
 		if w.Error != nil {
@@ -110,13 +113,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		case <-debounce:
 			debounce = nil
-			if fingerprint(w.Dir) == w.last {
+			fp := fingerprint(w.Dir)
+			if fp == w.last {
 				continue // events without a change in content (a touch, a chmod)
 			}
 			if !watching {
 				watching = fw.Add(w.Dir) == nil
 			}
-			w.Load()
+			w.load(fp)
 		}
 	}
 }
