@@ -320,13 +320,7 @@ func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bo
 			Node:    node,
 			Address: "127.0.0.1",
 			Service: &api.AgentService{ID: serviceID, Service: serviceName},
-			Check: &api.AgentCheck{
-				Node:      node,
-				CheckID:   checkID(serviceID),
-				Name:      "consultest " + serviceID,
-				Status:    status(passing),
-				ServiceID: serviceID,
-			},
+			Check: catalogCheck(node, serviceID, passing),
 		}, nil)
 	}
 	if err != nil {
@@ -344,13 +338,7 @@ func (a *Agent) SetCheck(node, serviceID string, passing bool) {
 		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
 			Node:    node,
 			Address: "127.0.0.1",
-			Check: &api.AgentCheck{
-				Node:      node,
-				CheckID:   checkID(serviceID),
-				Name:      "consultest " + serviceID,
-				Status:    status(passing),
-				ServiceID: serviceID,
-			},
+			Check: catalogCheck(node, serviceID, passing),
 		}, nil)
 	}
 	if err != nil {
@@ -369,6 +357,17 @@ func (a *Agent) Deregister(node, serviceID string) {
 	}
 	if err != nil {
 		a.t.Fatalf("consultest: deregister %s/%s: %v", node, serviceID, err)
+	}
+}
+
+// catalogCheck is the service check of an instance on an external node.
+func catalogCheck(node, serviceID string, passing bool) *api.AgentCheck {
+	return &api.AgentCheck{
+		Node:      node,
+		CheckID:   checkID(serviceID),
+		Name:      "consultest " + serviceID,
+		Status:    status(passing),
+		ServiceID: serviceID,
 	}
 }
 
