@@ -320,7 +320,7 @@ func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bo
 			Node:    node,
 			Address: "127.0.0.1",
 			Service: &api.AgentService{ID: serviceID, Service: serviceName},
-			Check: catalogCheck(node, serviceID, passing),
+			Check:   catalogCheck(node, serviceID, passing),
 		}, nil)
 	}
 	if err != nil {
@@ -338,7 +338,7 @@ func (a *Agent) SetCheck(node, serviceID string, passing bool) {
 		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
 			Node:    node,
 			Address: "127.0.0.1",
-			Check: catalogCheck(node, serviceID, passing),
+			Check:   catalogCheck(node, serviceID, passing),
 		}, nil)
 	}
 	if err != nil {
