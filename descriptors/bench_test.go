@@ -46,7 +46,7 @@ func benchEngine(b *testing.B) *Engine {
 // mustMatch guards the benchmark against a fixture that matches nothing: a
 // decision without a limit is cheap and would make the numbers meaningless.
 func mustMatch(b *testing.B, e *Engine, descs []*commonv3.RateLimitDescriptor) {
-	out, _, err := e.Decide("edge", descs, 1, 0, nil)
+	out, _, err := decide(e, "edge", descs, 1, 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func BenchmarkDecideFixedRule(b *testing.B) {
 		b.ReportAllocs()
 		out := make([]Status, 0, 1)
 		for i := 0; i < b.N; i++ {
-			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
@@ -77,7 +77,7 @@ func BenchmarkDecideFixedRule(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			out := make([]Status, 0, 1)
 			for pb.Next() {
-				out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+				out, _, _ = decide(e, "edge", descs, 1, clock(), out)
 			}
 		})
 	})
@@ -91,7 +91,7 @@ func BenchmarkDecidePerValue100k(b *testing.B) {
 	clock := Clock()
 	ips := ipValues(100_000)
 	for _, ip := range ips {
-		e.Decide("edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
+		decide(e, "edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
 	}
 	if e.Store().Live() != len(ips) {
 		b.Fatalf("%d live buckets, want %d", e.Store().Live(), len(ips))
@@ -108,7 +108,7 @@ func BenchmarkDecidePerValue100k(b *testing.B) {
 		for pb.Next() {
 			i++
 			d.Entries[0].Value = ips[i%uint64(len(ips))]
-			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
 		}
 	})
 }
@@ -133,7 +133,7 @@ func BenchmarkDecide10Descriptors(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		out := make([]Status, 0, 10)
 		for pb.Next() {
-			out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
 		}
 	})
 }
@@ -151,7 +151,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 			clock := Clock()
 			ips := ipValues(1 << 16)
 			for _, ip := range ips {
-				e.Decide("edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
+				decide(e, "edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
 			}
 			var next atomic.Uint64
 			work := func(pb func() bool) {
@@ -163,7 +163,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 				for pb() {
 					i++
 					d.Entries[0].Value = ips[i&(1<<16-1)]
-					out, _, _ = e.Decide("edge", descs, 1, clock(), out)
+					out, _, _ = decide(e, "edge", descs, 1, clock(), out)
 				}
 			}
 			b.ReportAllocs()

@@ -27,7 +27,10 @@ const (
 	MaxHits        = math.MaxUint32
 )
 
-// Codes of a decision; the wire enum, so the server passes them through.
+// Code is a decision's code: the wire enum, so the server passes it through.
+type Code = rlsv3.RateLimitResponse_Code
+
+// Codes of a decision.
 const (
 	OK        = rlsv3.RateLimitResponse_OK
 	OverLimit = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -71,6 +74,8 @@ type Status struct {
 	Overflow bool
 	// Override: the limit came from the request, not the config.
 	Override bool
+
+	drawn float64 // the tokens the request asked for, to give back a reservation
 }
 
 // installed is a Set with the per-rule hashes the store keys start from.
@@ -209,21 +214,32 @@ func Validate(domain string, descs []*commonv3.RateLimitDescriptor) error {
 	return nil
 }
 
-// Decide answers one request: a status per descriptor, in order, and the
-// overall code, which is OVER_LIMIT if any non-shadow descriptor is over its
-// limit and OK otherwise, never UNKNOWN. hits is the request's hits_addend; now is
-// on the engine's clock. out is reused when large enough, so a caller that keeps
-// it decides without allocating. Bad input returns a *RequestError and changes
-// no bucket.
-func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64, out []Status) ([]Status, rlsv3.RateLimitResponse_Code, error) {
+// Decision is the answer to one request.
+type Decision struct {
+	// Statuses has one status per request descriptor, in order.
+	Statuses []Status
+	// Code is OVER_LIMIT if any non-shadow descriptor is over its limit, and OK
+	// otherwise; never UNKNOWN.
+	Code Code
+	// Set is the set the request was decided with. A reload may install another
+	// the moment Decide returns; whatever reads the statuses' rules (metrics,
+	// by rule ID) must read them against this set, never the current one.
+	Set *Set
+}
+
+// Decide answers one request. hits is the request's hits_addend; now is on the
+// engine's clock. out is reused when large enough, so a caller that keeps it
+// decides without allocating. Bad input returns a *RequestError and changes no
+// bucket.
+func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64, out []Status) (Decision, error) {
+	in := e.cur.Load()
 	if err := Validate(domain, descs); err != nil {
-		return out[:0], OK, err
+		return Decision{Statuses: out[:0], Code: OK, Set: in.set}, err
 	}
 	if cap(out) < len(descs) {
 		out = make([]Status, len(descs))
 	}
 	out = out[:len(descs)]
-	in := e.cur.Load()
 	dom := in.set.Domains[domain]
 	for i, d := range descs {
 		st := &out[i]
@@ -266,30 +282,60 @@ func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hi
 		}
 		var req bucket.Request
 		if st.Override {
-			req.Key = e.overrideKey(domain, d)
-			req.OverflowKey = mix(req.Key, 1)
+			req.Key, req.OverflowKey = e.overrideKeys(domain, d)
 		} else {
 			req.Key = e.ruleKey(in, st.Rule, d.Entries)
 			req.OverflowKey = in.overflow[st.Rule.ID]
 		}
 		req.Params, req.Op, req.N = &lim.Params, op, n
+		st.drawn = n
 		res, ovf := e.store.Do(req, wt, now)
 		st.Overflow = ovf
 		st.Reset, st.Wait = res.Reset, res.Wait
-		st.Remaining = remaining(res.Tokens, wt.W, lim.Burst)
 		if lim.Params.Blocked() {
 			st.Reset = lim.Window()
 		}
-		if !res.OK {
-			if st.Rule != nil && st.Rule.ShadowMode {
-				st.Shadowed = true
-			} else {
-				st.Code = OverLimit
-				overall = OverLimit
-			}
+		if res.OK {
+			st.Remaining = remaining(res.Tokens, wt.W, lim.Burst)
+		} else if st.Rule != nil && st.Rule.ShadowMode {
+			st.Shadowed = true
+		} else {
+			// As upstream: an OVER_LIMIT descriptor has nothing left, whatever
+			// fraction of a token the local bucket holds.
+			st.Code = OverLimit
+			overall = OverLimit
 		}
 	}
-	return out, overall, nil
+	if overall == OverLimit {
+		e.cancelWaits(in, domain, descs, out, wt, now)
+	}
+	return Decision{Statuses: out, Code: overall, Set: in.set}, nil
+}
+
+// cancelWaits gives back the tokens that wait-policy descriptors reserved in a
+// request answered OVER_LIMIT anyway: holding that answer would only delay a
+// refusal, and the reservation would spend tokens on a request that never
+// passes.
+func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, out []Status, wt *bucket.Weight, now int64) {
+	for i := range out {
+		st := &out[i]
+		if st.Wait == 0 {
+			continue
+		}
+		req := bucket.Request{Params: &st.Limit.Params, Op: bucket.GiveBack, N: st.drawn}
+		switch {
+		case st.Override:
+			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
+		default:
+			req.Key, req.OverflowKey = e.ruleKey(in, st.Rule, descs[i].Entries), in.overflow[st.Rule.ID]
+		}
+		if st.Overflow {
+			req.Key = req.OverflowKey
+		}
+		res, _ := e.store.Do(req, wt, now)
+		st.Wait, st.Reset = 0, res.Reset
+		st.Remaining = remaining(res.Tokens, wt.W, st.Limit.Burst)
+	}
 }
 
 // markReplaced drops, within one request, every limit named in another matched
@@ -351,16 +397,22 @@ func (e *Engine) ruleKey(in *installed, r *Rule, entries []*commonv3.RateLimitDe
 	return k
 }
 
-func (e *Engine) overrideKey(domain string, d *commonv3.RateLimitDescriptor) uint64 {
+// overrideKeys are the bucket of a request's own limit, keyed by the domain, the
+// limit and the entries, and the overflow bucket it shares past the cap with
+// every other request of the same domain and limit. The entries are the
+// client's to choose; the overflow key must not depend on them, or a flood of
+// distinct values would open a bucket each.
+func (e *Engine) overrideKeys(domain string, d *commonv3.RateLimitDescriptor) (key, overflow uint64) {
 	k := mix(maphash.String(e.seed, domain), 0x6f76657272696465) // "override"
 	o := d.Limit
 	k = mix(k, uint64(o.RequestsPerUnit)<<32|uint64(o.Unit))
-	k = mix(k, uint64(o.GetUnitMultiplier().GetValue()))
+	k = mix(k, uint64(max(o.GetUnitMultiplier().GetValue(), 1)))
+	overflow = mix(k, 0x6f766572666c6f77) // "overflow"
 	for _, en := range d.Entries {
 		k = mix(k, maphash.String(e.seed, en.Key))
 		k = mix(k, maphash.String(e.seed, en.Value))
 	}
-	return k
+	return k, overflow
 }
 
 // mix combines two 64-bit hashes (a 128-bit multiply folded, as in wyhash).

@@ -61,7 +61,7 @@ func desc(kvs ...string) *commonv3.RateLimitDescriptor {
 
 func (d *decider) decide(descs ...*commonv3.RateLimitDescriptor) ([]Status, string) {
 	d.t.Helper()
-	out, code, err := d.e.Decide("d", descs, 0, d.now, nil)
+	out, code, err := decide(d.e, "d", descs, 0, d.now, nil)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -174,21 +174,21 @@ func TestHitsAddend(t *testing.T) {
 		return &commonv3.RateLimitDescriptor{Entries: entries("fixed=one"), HitsAddend: wrapperspb.UInt64(n)}
 	}
 	// Request-level addend 0 counts as 1; 2 takes two tokens.
-	if _, code, _ := d.e.Decide("d", []*commonv3.RateLimitDescriptor{desc("fixed=one")}, 2, 0, nil); code != OK {
+	if _, code, _ := decide(d.e, "d", []*commonv3.RateLimitDescriptor{desc("fixed=one")}, 2, 0, nil); code != OK {
 		t.Fatal(code)
 	}
 	// The descriptor's addend wins over the request's: 0 is check-only.
-	out, code, _ := d.e.Decide("d", []*commonv3.RateLimitDescriptor{check(0)}, 5, 0, nil)
+	out, code, _ := decide(d.e, "d", []*commonv3.RateLimitDescriptor{check(0)}, 5, 0, nil)
 	if code != OK || out[0].Remaining != 1 {
 		t.Fatalf("check-only changed the bucket or failed: %v %+v", code, out[0])
 	}
-	if _, code, _ = d.e.Decide("d", []*commonv3.RateLimitDescriptor{check(2)}, 0, 0, nil); code != OverLimit {
+	if _, code, _ = decide(d.e, "d", []*commonv3.RateLimitDescriptor{check(2)}, 0, 0, nil); code != OverLimit {
 		t.Fatal("2 hits on 1 token passed")
 	}
 	// Negative hits give tokens back.
 	neg := check(2)
 	neg.IsNegativeHits = true
-	if out, code, _ = d.e.Decide("d", []*commonv3.RateLimitDescriptor{neg}, 0, 0, nil); code != OK || out[0].Remaining != 3 {
+	if out, code, _ = decide(d.e, "d", []*commonv3.RateLimitDescriptor{neg}, 0, 0, nil); code != OK || out[0].Remaining != 3 {
 		t.Fatalf("negative hits: %v %+v", code, out[0])
 	}
 }
@@ -239,7 +239,7 @@ func TestOverride(t *testing.T) {
 		t.Fatal("override values not part of the bucket identity")
 	}
 	for _, bad := range []*commonv3.RateLimitDescriptor{ov(4, typev3.RateLimitUnit_UNKNOWN), ov(0, typev3.RateLimitUnit_SECOND), ov(4, 99)} {
-		_, _, err := d.e.Decide("d", []*commonv3.RateLimitDescriptor{bad}, 0, 0, nil)
+		_, _, err := decide(d.e, "d", []*commonv3.RateLimitDescriptor{bad}, 0, 0, nil)
 		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "descriptors[0].limit") {
 			t.Fatalf("bad override %v: %v", bad.Limit, err)
 		}
@@ -272,7 +272,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, code, err := e.Decide(tc.domain, tc.descs, 0, 0, nil)
+			_, code, err := decide(e, tc.domain, tc.descs, 0, 0, nil)
 			var re *RequestError
 			if !errors.As(err, &re) || !errors.Is(err, ErrInvalidRequest) || re.Field != tc.field {
 				t.Fatalf("got %v (code %v), want a RequestError on %s", err, code, tc.field)
@@ -284,14 +284,14 @@ func TestBadRequests(t *testing.T) {
 	for i := range ok {
 		ok[i] = desc("k=" + strings.Repeat("v", MaxValueBytes))
 	}
-	if _, _, err := e.Decide("d", ok, 0, 0, nil); err != nil {
+	if _, _, err := decide(e, "d", ok, 0, 0, nil); err != nil {
 		t.Fatalf("a request at the caps was refused: %v", err)
 	}
 }
 
 func TestUnknownDomainIgnoresOverride(t *testing.T) {
 	e := NewEngine(mustParse(t, engineConfig), 1, bucket.NewStore(0))
-	out, code, err := e.Decide("nope", []*commonv3.RateLimitDescriptor{{Entries: entries("a=b"),
+	out, code, err := decide(e, "nope", []*commonv3.RateLimitDescriptor{{Entries: entries("a=b"),
 		Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}}}, 0, 0, nil)
 	if err != nil || code != OK || out[0].Limit != nil {
 		t.Fatalf("unknown domain: %v %v %+v", err, code, out[0])
@@ -339,7 +339,7 @@ func TestDecideReusesOut(t *testing.T) {
 	buf := make([]Status, 0, 8)
 	descs := []*commonv3.RateLimitDescriptor{desc("ip=1")}
 	allocs := testing.AllocsPerRun(100, func() {
-		out, _, _ := e.Decide("d", descs, 0, 0, buf)
+		out, _, _ := decide(e, "d", descs, 0, 0, buf)
 		buf = out[:0]
 	})
 	if allocs != 0 {

@@ -64,7 +64,7 @@ func FuzzDecide(f *testing.F) {
 			return
 		}
 		descs := []*commonv3.RateLimitDescriptor{&d, &d}
-		out, code, err := e.Decide(domain, descs, hits, now, nil)
+		out, code, err := decide(e, domain, descs, hits, now, nil)
 		if err != nil {
 			return
 		}

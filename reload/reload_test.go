@@ -97,11 +97,11 @@ func (h *harness) limit(key string) uint32 {
 func (h *harness) drawn(key string, n int) int {
 	ok := 0
 	for i := 0; i < n; i++ {
-		_, code, err := h.engine.Decide("d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0, nil)
+		dec, err := h.engine.Decide("d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0, nil)
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		if code == descriptors.OK {
+		if dec.Code == descriptors.OK {
 			ok++
 		}
 	}

@@ -67,8 +67,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	start := time.Now()
 	bp := s.pool.Get().(*[]descriptors.Status)
 	defer s.pool.Put(bp)
-	set := s.engine.Set()
-	sts, overall, err := s.engine.Decide(req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock(), (*bp)[:0])
+	dec, err := s.engine.Decide(req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock(), (*bp)[:0])
+	sts, overall := dec.Statuses, dec.Code
 	*bp = sts[:0]
 	if err != nil {
 		if errors.Is(err, descriptors.ErrInvalidRequest) {
@@ -77,7 +77,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.metrics.count(set, req.GetDomain(), req.GetDescriptors(), sts)
+	s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts)
 	if s.opts.ShadowMode {
 		overall = descriptors.OK
 	}
@@ -159,14 +159,15 @@ func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duratio
 	out.DurationUntilReset = dur
 }
 
-// headers describes the descriptor closest to its limit, as upstream does.
+// headers describes the descriptor closest to its limit, as upstream does: an
+// over-limit descriptor when there is one, so the headers explain the refusal.
 func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
 	best := -1
 	for i := range sts {
 		if sts[i].Limit == nil || sts[i].Limit.Unlimited {
 			continue
 		}
-		if best < 0 || sts[i].Remaining < sts[best].Remaining {
+		if best < 0 || closer(&sts[i], &sts[best]) {
 			best = i
 		}
 	}
@@ -180,6 +181,15 @@ func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
 		{Key: s.opts.HeaderRemaining, Value: strconv.FormatUint(uint64(st.Remaining), 10)},
 		{Key: s.opts.HeaderReset, Value: strconv.FormatInt(reset, 10)},
 	}
+}
+
+// closer reports whether a is closer to its limit than b.
+func closer(a, b *descriptors.Status) bool {
+	aOver, bOver := a.Code == descriptors.OverLimit, b.Code == descriptors.OverLimit
+	if aOver != bOver {
+		return aOver
+	}
+	return a.Remaining < b.Remaining
 }
 
 // lastValue is the value a detailed metric is labelled with.

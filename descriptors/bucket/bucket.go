@@ -92,22 +92,19 @@ type State struct {
 	Fill  float64
 	Last  int64
 	Epoch uint32
-	// overflow marks a rule's shared overflow bucket, which the cap exempts. It
-	// sits here, in padding the struct has anyway, to keep a bucket at 32 bytes.
-	overflow bool
 }
 
 // Full returns a bucket that starts full at now.
 func Full(now int64, wt *Weight) State { return State{Fill: 1, Last: now, Epoch: wt.Epoch} }
 
 // Advance refills s up to now, lazily, at the rate of each weight epoch it lived
-// through. A clock that stepped backwards refills nothing: the bucket restarts
-// its accounting from the earlier reading, so it never gains tokens for time that
-// did not pass and never stalls waiting for the clock to catch up.
+// through. The clock is monotonic, so a reading older than Last can only mean
+// that two callers reached the bucket out of order (each read the clock before
+// taking the lock). Such a reading counts as Last: moving Last back would make
+// the next reading refill the gap a second time (golang/go#56287 is the same
+// bug in x/time/rate).
 func (s *State) Advance(p *Params, wt *Weight, now int64) {
 	if now <= s.Last {
-		s.Last = now
-		s.Epoch = wt.Epoch
 		return
 	}
 	if s.Epoch != wt.Epoch {
@@ -193,6 +190,10 @@ func (s *State) Apply(p *Params, w float64, op Op, n float64) Result {
 		}
 	case Draw:
 		switch {
+		case n > size+epsilon:
+			// No amount of waiting fills a bucket past its size: OVER_LIMIT now,
+			// as x/time/rate refuses n > burst, and nothing is reserved.
+			res.Reset = secs((n - tokens) / rate)
 		case tokens+epsilon >= n:
 			tokens -= n
 			res.OK = true

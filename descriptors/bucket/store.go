@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,19 @@ type shard struct {
 	_  [48]byte // keep neighbouring shards' locks off one cache line
 }
 
+// The cap covers every bucket, overflow buckets included, so the store never
+// holds more than --max-buckets. A slice of it is kept for the shared overflow
+// buckets that rules and overrides fall back to once the rest is full: 1% of
+// the cap, at least 16 (a quarter of a cap below 64, and at least one) and at
+// most maxOverflowReserve. Past the whole cap nothing new is held at all: a
+// request that would need a new bucket is refused, which is tighter, never
+// looser.
+const maxOverflowReserve = 4096
+
+func overflowReserve(capacity int64) int64 {
+	return max(min(max(capacity/100, min(16, capacity/4)), maxOverflowReserve), 1)
+}
+
 // Store holds every live bucket, keyed by a 64-bit hash of the rule's identity
 // and the request's values. Two keys that collide share a bucket, which can only
 // make a limit tighter; with a per-process random seed an outsider cannot aim for
@@ -46,15 +60,21 @@ type Store struct {
 	max      int64
 	live     atomic.Int64
 	overflow atomic.Uint64
+	// floor is the latest reading a sweep judged buckets full at. A bucket
+	// created later starts no earlier than floor: a request that read the clock
+	// before a sweep dropped its bucket must not refill, a second time, the
+	// time up to the sweep.
+	floor atomic.Int64
 }
 
-// NewStore returns an empty store holding at most max buckets (plus one overflow
-// bucket per rule that has needed one). max <= 0 means DefaultMaxBuckets.
+// NewStore returns an empty store holding at most max buckets, overflow
+// buckets included. max <= 0 means DefaultMaxBuckets.
 func NewStore(max int) *Store {
 	if max <= 0 {
 		max = DefaultMaxBuckets
 	}
 	s := &Store{max: int64(max)}
+	s.floor.Store(math.MinInt64)
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]entry)
 	}
@@ -64,49 +84,74 @@ func NewStore(max int) *Store {
 // Request is one operation against one bucket.
 type Request struct {
 	Key uint64
-	// OverflowKey is the rule's shared bucket, used when Key is new and the store
-	// is at its cap.
+	// OverflowKey is the bucket Key shares with others when Key is new and the
+	// store is at its cap: one per rule, or one per (domain, override limit).
 	OverflowKey uint64
 	Params      *Params
 	Op          Op
 	N           float64
 }
 
-// Do applies r at now with weight wt. It creates the bucket, full, on first use.
-// overflowed reports that the store was full and r used the rule's overflow bucket.
+// Do applies r at now with weight wt. A missing bucket is full, and it is
+// created only when r leaves it less than full: a check, a give-back or a
+// refused draw costs no memory. overflowed reports that the store was at its
+// cap and r used its overflow bucket instead.
 func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed bool) {
-	sh := &s.shards[r.Key%shardCount]
-	sh.mu.Lock()
-	e, ok := sh.m[r.Key]
-	if !ok {
-		if s.live.Load() >= s.max {
-			sh.mu.Unlock()
-			s.overflow.Add(1)
-			return s.doOverflow(r, wt, now), true
-		}
-		s.live.Add(1)
-		e = newEntry(now, wt, r.Params)
+	res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max))
+	if ok {
+		return res, false
 	}
-	e.Advance(r.Params, wt, now)
-	res = e.Apply(r.Params, wt.W, r.Op, r.N)
-	sh.m[r.Key] = e
-	sh.mu.Unlock()
-	return res, false
+	s.overflow.Add(1)
+	res, ok = s.do(r.OverflowKey, r, wt, now, s.max)
+	if !ok {
+		// Even the overflow bucket cannot be held: refuse, never admit unmetered.
+		return Result{OK: r.Op == GiveBack}, true
+	}
+	return res, true
 }
 
-func (s *Store) doOverflow(r Request, wt *Weight, now int64) Result {
-	sh := &s.shards[r.OverflowKey%shardCount]
+// do applies r to the bucket at key. When the bucket is missing, would be kept,
+// and the store already holds limit buckets, it changes nothing and reports
+// false.
+func (s *Store) do(key uint64, r Request, wt *Weight, now int64, limit int64) (Result, bool) {
+	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[r.OverflowKey]
-	if !ok {
-		e = newEntry(now, wt, r.Params)
-		e.overflow = true
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	if ok {
+		res := e.do(r, wt, now)
+		sh.m[key] = e
+		return res, true
 	}
+	e = newEntry(max(now, s.floor.Load()), wt, r.Params)
+	res := e.do(r, wt, now)
+	if e.Fill >= 1 {
+		return res, true // still full: nothing worth keeping
+	}
+	if !s.reserve(limit) {
+		return Result{}, false
+	}
+	sh.m[key] = e
+	return res, true
+}
+
+func (e *entry) do(r Request, wt *Weight, now int64) Result {
 	e.Advance(r.Params, wt, now)
-	res := e.Apply(r.Params, wt.W, r.Op, r.N)
-	sh.m[r.OverflowKey] = e
-	sh.mu.Unlock()
-	return res
+	return e.Apply(r.Params, wt.W, r.Op, r.N)
+}
+
+// reserve counts one more bucket if fewer than limit are held. It is exact
+// under concurrency: shards race for the last places, and only limit win.
+func (s *Store) reserve(limit int64) bool {
+	for {
+		n := s.live.Load()
+		if n >= limit {
+			return false
+		}
+		if s.live.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // Peek returns a bucket's state brought up to now without changing it, and
@@ -137,16 +182,21 @@ func (s *Store) Max() int { return int(s.max) }
 // indistinguishable from a missing one, so this loses nothing. It returns how many
 // buckets it dropped. It holds one shard's lock at a time.
 func (s *Store) Sweep(wt *Weight, now int64) int {
+	// The floor is raised before anything is dropped, so a request that finds
+	// its bucket gone (under the same shard lock) also sees the floor.
+	for f := s.floor.Load(); f < now && !s.floor.CompareAndSwap(f, now); f = s.floor.Load() {
+	}
 	dropped := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			if p := e.params(); e.FullAt(&p, wt, now) {
+			// A bucket last used after now is judged at its own last reading
+			// by a later sweep: dropping it here could let it restart at now,
+			// earlier than the time it has already been refilled to.
+			if p := e.params(); e.Last <= now && e.FullAt(&p, wt, now) {
 				delete(sh.m, k)
-				if !e.overflow {
-					s.live.Add(-1)
-				}
+				s.live.Add(-1)
 				dropped++
 			}
 		}

@@ -1,0 +1,199 @@
+package descriptors
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+// TestOverrideFlood: a request's own limit on a route whose entry values the
+// client chooses must not open a bucket per value past --max-buckets. A million
+// distinct override keys with a cap of 10,000 leave the store at or below the
+// cap, the heap within 5 MiB, and ordinary keys still get buckets of their own.
+func TestOverrideFlood(t *testing.T) {
+	const maxBuckets = 10_000
+	const flood = 1_000_000
+	set := mustParse(t, `
+domain: d
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	e := NewEngine(set, 1, bucket.NewStore(maxBuckets))
+	ordinary := func(ip string) Code {
+		t.Helper()
+		_, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}}}, 1, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	d := &commonv3.RateLimitDescriptor{
+		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user"}},
+		Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR},
+	}
+	descs := []*commonv3.RateLimitDescriptor{d}
+	out := make([]Status, 0, 1)
+	buf := make([]byte, 0, 16)
+	admittedOverflow := 0
+	for i := range flood {
+		buf = strconv.AppendUint(append(buf[:0], "u"...), uint64(i), 10)
+		d.Entries[0].Value = string(buf)
+		var code Code
+		var err error
+		out, code, err = decide(e, "d", descs, 1, 0, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Overflow && code == OK {
+			admittedOverflow++
+		}
+		if i%50_000 == 0 && e.Store().Live() > maxBuckets {
+			t.Fatalf("after %d keys: %d live buckets past the cap of %d", i, e.Store().Live(), maxBuckets)
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	st := e.Store()
+	t.Logf("%d override keys: %d live buckets, %d overflowed, %d admitted via overflow, heap %+.2f MiB", flood, st.Live(), st.Overflowed(), admittedOverflow, float64(grown)/(1<<20))
+	if st.Live() > maxBuckets {
+		t.Fatalf("%d live buckets past the cap of %d", st.Live(), maxBuckets)
+	}
+	if grown > 5<<20 {
+		t.Fatalf("heap grew %.1f MiB, more than 5 MiB", float64(grown)/(1<<20))
+	}
+	// Past the cap every override of this domain and limit shares one bucket:
+	// 5 tokens for all of them together.
+	if admittedOverflow > 5 {
+		t.Fatalf("flooded override keys admitted %d through overflow, more than one bucket's 5", admittedOverflow)
+	}
+	// An ordinary key seen for the first time after the flood still gets a
+	// bucket of its own if there is room, else the rule's overflow bucket; either
+	// way it is limited, never unmetered.
+	admitted := 0
+	for range 20 {
+		if ordinary("192.0.2.7") == OK {
+			admitted++
+		}
+	}
+	if admitted == 0 || admitted > 10 {
+		t.Fatalf("ordinary key admitted %d of 20 at 10 per hour", admitted)
+	}
+}
+
+// TestOverridesShareOneOverflowBucketPerLimit: past the cap, overrides share
+// one overflow bucket per (domain, limit), whatever their entries.
+func TestOverridesShareOneOverflowBucketPerLimit(t *testing.T) {
+	e := NewEngine(mustParse(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`), 1, bucket.NewStore(100))
+	admitted := map[uint32]int{}
+	for i := range 5000 {
+		for _, rpu := range []uint32{3, 4} {
+			d := &commonv3.RateLimitDescriptor{Entries: entries("user=u" + strconv.Itoa(i)),
+				Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_HOUR}}
+			out, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{d}, 1, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Overflow && code == OK {
+				admitted[rpu]++
+			}
+		}
+	}
+	if live := e.Store().Live(); live > 100 {
+		t.Fatalf("%d live buckets past a cap of 100", live)
+	}
+	for rpu, n := range admitted {
+		if n != int(rpu) {
+			t.Errorf("override %d/hour: overflow admitted %d, want one bucket's %d", rpu, n, rpu)
+		}
+	}
+	if len(admitted) != 2 {
+		t.Fatalf("overflow admitted %v", admitted)
+	}
+}
+
+// TestOverLimitReportsNothingRemaining: at weight 0.1 a 10/s limit has one
+// local token; with half a token left, a request is OVER_LIMIT and must report
+// limit_remaining 0, as upstream does, not the 5 that half a token ÷ 0.1 makes.
+func TestOverLimitReportsNothingRemaining(t *testing.T) {
+	d := newDecider(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 10}
+`, 0.1)
+	if out, code := d.decide(desc("k=v")); code != "OK" || out[0].Remaining != 0 {
+		t.Fatalf("first draw: %s remaining %d", code, out[0].Remaining)
+	}
+	d.now += int64(500 * time.Millisecond) // half a token back: 0.5 ÷ 0.1 = 5 "remaining"
+	out, code := d.decide(desc("k=v"))
+	if code != "OVER_LIMIT" || out[0].Remaining != 0 {
+		t.Fatalf("OVER_LIMIT with remaining %d", out[0].Remaining)
+	}
+}
+
+// TestWaitIsCancelledWhenTheRequestIsRefused: a wait-policy descriptor next to
+// an over-limit one gives an overall OVER_LIMIT. The answer is not held, and
+// the reserved tokens go back.
+func TestWaitIsCancelledWhenTheRequestIsRefused(t *testing.T) {
+	d := newDecider(t, `
+domain: d
+descriptors:
+  - key: wait
+    rate_limit: {unit: second, requests_per_unit: 100, burst: 1, policy: wait, max_wait: 15ms}
+  - key: block
+    rate_limit: {unit: second, requests_per_unit: 0}
+`, 1)
+	if _, code := d.decide(desc("wait=a")); code != "OK" { // the only token
+		t.Fatal("first draw refused")
+	}
+	out, code := d.decide(desc("wait=a"), desc("block=b"))
+	if code != "OVER_LIMIT" {
+		t.Fatalf("overall %s", code)
+	}
+	if out[0].Wait != 0 {
+		t.Fatalf("a refused request is held for %v", out[0].Wait)
+	}
+	// Had the reservation been kept, this draw would have to wait 20 ms, past
+	// max_wait; with it given back it waits 10 ms.
+	out, code = d.decide(desc("wait=a"))
+	if code != "OK" || out[0].Wait != 10*time.Millisecond {
+		t.Fatalf("after the refused request: %s, wait %v", code, out[0].Wait)
+	}
+}
+
+// TestOversizedWaitDrawIsOverLimitAtOnce: hits above the bucket size can never
+// be served, so a wait rule answers OVER_LIMIT at once instead of reserving.
+func TestOversizedWaitDrawIsOverLimitAtOnce(t *testing.T) {
+	e := NewEngine(mustParse(t, `
+domain: d
+descriptors:
+  - key: wait
+    rate_limit: {unit: second, requests_per_unit: 1000, burst: 2, policy: wait, max_wait: 15ms}
+`), 1, bucket.NewStore(0))
+	out, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: entries("wait=a"), HitsAddend: wrapperspb.UInt64(3)}}, 0, 0, nil)
+	if err != nil || code != OverLimit || out[0].Wait != 0 {
+		t.Fatalf("code %v wait %v err %v", code, out[0].Wait, err)
+	}
+	if e.Store().Live() != 0 {
+		t.Fatal("a refused draw created a bucket")
+	}
+}
