@@ -108,7 +108,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.Float64Var(&c.ConsulQueryRate, "consul-query-rate", 2, "most Consul blocking queries per second")
 	fs.Var(seconds{&c.ConsulWait}, "consul-wait", "how long one blocking query may wait for a change")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
-	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets; past it, new keys share their rule's overflow bucket")
+	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "global shadow mode: always answer OK overall, still count what would be over limit")
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", false, "add RateLimit-Limit/-Remaining/-Reset response headers")

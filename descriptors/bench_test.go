@@ -186,7 +186,7 @@ func BenchmarkBucketMemory(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		store := bucket.NewStore(n)
+		store := bucket.NewStore(2 * n) // room for all n below the overflow reserve
 		wt := bucket.InitialWeight(1)
 		p := &bucket.Params{Rate: 1, Size: 10}
 		for k := uint64(0); k < n; k++ {
