@@ -35,7 +35,7 @@ func BenchmarkHandler(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			svc := directService(b)
+			svc := directServiceFrom(b, "testdata/bench.yaml")
 			svc.opts.ResponseHeaders = false
 			req := tc.req()
 			resp, err := svc.ShouldRateLimit(context.Background(), req)

@@ -19,8 +19,10 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
-func directService(t testing.TB) *Service {
-	set, err := descriptors.LoadPaths("testdata/rules.yaml")
+func directService(t testing.TB) *Service { return directServiceFrom(t, "testdata/rules.yaml") }
+
+func directServiceFrom(t testing.TB, rules string) *Service {
+	set, err := descriptors.LoadPaths(rules)
 	if err != nil {
 		t.Fatal(err)
 	}
