@@ -97,13 +97,13 @@ type State struct {
 // Full returns a bucket that starts full at now.
 func Full(now int64, wt *Weight) State { return State{Fill: 1, Last: now, Epoch: wt.Epoch} }
 
-// Advance refills s up to now, lazily, at the rate of each weight epoch it lived
+// advance refills s up to now, lazily, at the rate of each weight epoch it lived
 // through. The clock is monotonic, so a reading older than Last can only mean
 // that two callers reached the bucket out of order (each read the clock before
 // taking the lock). Such a reading counts as Last: moving Last back would make
 // the next reading refill the gap a second time (golang/go#56287 is the same
 // bug in x/time/rate).
-func (s *State) Advance(p *Params, wt *Weight, now int64) {
+func (s *State) advance(p *Params, wt *Weight, now int64) {
 	if now <= s.Last {
 		return
 	}
@@ -140,6 +140,15 @@ func (s *State) fill(p *Params, w float64, dt int64) {
 	s.Fill = math.Min(1, s.Fill+float64(dt)*p.ratioPerNano(w))
 }
 
+// Do brings s up to now at the rates of the weight epochs it lived through,
+// then runs op for n tokens at wt's share. It is the only way to change a
+// bucket: the refill and the draw happen in one call, in that order, as in
+// x/time/rate's reserveN(t, n, maxFutureReserve).
+func (s *State) Do(p *Params, wt *Weight, now int64, op Op, n float64) Result {
+	s.advance(p, wt, now)
+	return s.apply(p, wt.W, op, n)
+}
+
 // Op says what a request does to a bucket.
 type Op uint8
 
@@ -170,8 +179,8 @@ type Result struct {
 // epsilon absorbs float rounding so that n draws of 1/n of a bucket all succeed.
 const epsilon = 1e-9
 
-// Apply runs op for n tokens on s, already advanced to now, at weight w.
-func (s *State) Apply(p *Params, w float64, op Op, n float64) Result {
+// apply runs op for n tokens on s, already advanced to now, at weight w.
+func (s *State) apply(p *Params, w float64, op Op, n float64) Result {
 	rate, size := p.Local(w)
 	if size == 0 {
 		// requests_per_unit: 0 blocks every request, check-only included.
@@ -232,6 +241,6 @@ func (s State) FullAt(p *Params, wt *Weight, now int64) bool {
 	if p.Blocked() {
 		return true // a blocked limit has no state worth keeping
 	}
-	s.Advance(p, wt, now)
+	s.advance(p, wt, now)
 	return s.Fill >= 1
 }

@@ -28,8 +28,8 @@ func run(t *testing.T, p Params, w float64, steps []step) {
 	s := Full(c.t, wt)
 	for i, st := range steps {
 		now := c.add(st.at)
-		s.Advance(&p, wt, now)
-		res := s.Apply(&p, wt.W, st.op, st.n)
+		s.advance(&p, wt, now)
+		res := s.apply(&p, wt.W, st.op, st.n)
 		if res.OK != st.ok || math.Abs(res.Tokens-st.toks) > 1e-6 {
 			t.Fatalf("step %d (%+v): got ok=%v tokens=%.9f", i, st, res.OK, res.Tokens)
 		}
@@ -94,8 +94,8 @@ func TestWaitReportsDuration(t *testing.T) {
 	p := Params{Rate: 100, Size: 1, MaxWait: 15 * time.Millisecond}
 	wt := InitialWeight(1)
 	s := Full(0, wt)
-	s.Apply(&p, 1, Draw, 1)
-	res := s.Apply(&p, 1, Draw, 1)
+	s.apply(&p, 1, Draw, 1)
+	res := s.apply(&p, 1, Draw, 1)
 	if !res.OK || res.Wait != 10*time.Millisecond {
 		t.Fatalf("want a 10ms wait, got %+v", res)
 	}
@@ -105,11 +105,11 @@ func TestResetDurations(t *testing.T) {
 	p := Params{Rate: 10, Size: 10}
 	wt := InitialWeight(1)
 	s := Full(0, wt)
-	if r := s.Apply(&p, 1, Draw, 4); r.Reset != 400*time.Millisecond {
+	if r := s.apply(&p, 1, Draw, 4); r.Reset != 400*time.Millisecond {
 		t.Fatalf("time until full: %v", r.Reset)
 	}
-	s.Apply(&p, 1, Draw, 6)
-	if r := s.Apply(&p, 1, Draw, 3); r.OK || r.Reset != 300*time.Millisecond {
+	s.apply(&p, 1, Draw, 6)
+	if r := s.apply(&p, 1, Draw, 3); r.OK || r.Reset != 300*time.Millisecond {
 		t.Fatalf("time until enough for 3: %+v", r)
 	}
 }
@@ -118,21 +118,21 @@ func TestClockBackwardsNeverCreatesTokens(t *testing.T) {
 	p := Params{Rate: 10, Size: 10}
 	wt := InitialWeight(1)
 	s := Full(100*sec, wt)
-	s.Apply(&p, 1, Draw, 10)
+	s.apply(&p, 1, Draw, 10)
 	// A reading an hour older than the last: no tokens appear.
-	s.Advance(&p, wt, 100*sec-3600*sec)
-	if r := s.Apply(&p, 1, Draw, 1); r.OK {
+	s.advance(&p, wt, 100*sec-3600*sec)
+	if r := s.apply(&p, 1, Draw, 1); r.OK {
 		t.Fatal("a backwards step created a token")
 	}
 	// The older reading counted as the last one, so time is measured from
 	// there: 100 ms after it, one token exists, not an hour's worth.
-	s.Advance(&p, wt, 100*sec+int64(100*time.Millisecond))
-	if r := s.Apply(&p, 1, Draw, 0); math.Abs(r.Tokens-1) > 1e-9 {
+	s.advance(&p, wt, 100*sec+int64(100*time.Millisecond))
+	if r := s.apply(&p, 1, Draw, 0); math.Abs(r.Tokens-1) > 1e-9 {
 		t.Fatalf("100 ms after the last reading: %v tokens, want 1", r.Tokens)
 	}
 	// A forward step refills to full, never beyond.
-	s.Advance(&p, wt, 10_000*sec)
-	if r := s.Apply(&p, 1, Draw, 0); r.Tokens != 10 {
+	s.advance(&p, wt, 10_000*sec)
+	if r := s.apply(&p, 1, Draw, 0); r.Tokens != 10 {
 		t.Fatalf("forward step: %v tokens", r.Tokens)
 	}
 }
@@ -141,18 +141,18 @@ func TestWeightChangeKeepsFillRatio(t *testing.T) {
 	p := Params{Rate: 100, Size: 100}
 	w1 := InitialWeight(0.5)
 	s := Full(0, w1)
-	s.Advance(&p, w1, 0)
-	s.Apply(&p, w1.W, Draw, 25) // 25 of 50 left: half full
+	s.advance(&p, w1, 0)
+	s.apply(&p, w1.W, Draw, 25) // 25 of 50 left: half full
 	// Scale down 2 -> 4 replicas at t=0: the bucket stays half full of a smaller size.
 	w2 := w1.Next(0.25, 0)
-	s.Advance(&p, w2, 0)
-	if r := s.Apply(&p, w2.W, Draw, 0); math.Abs(r.Tokens-12.5) > 1e-9 || r.Size != 25 {
+	s.advance(&p, w2, 0)
+	if r := s.apply(&p, w2.W, Draw, 0); math.Abs(r.Tokens-12.5) > 1e-9 || r.Size != 25 {
 		t.Fatalf("after shrinking: %+v", r)
 	}
 	// Scale up 4 -> 1: still half full, now of 100.
 	w3 := w2.Next(1, 0)
-	s.Advance(&p, w3, 0)
-	if r := s.Apply(&p, w3.W, Draw, 0); math.Abs(r.Tokens-50) > 1e-9 {
+	s.advance(&p, w3, 0)
+	if r := s.apply(&p, w3.W, Draw, 0); math.Abs(r.Tokens-50) > 1e-9 {
 		t.Fatalf("after growing: %+v", r)
 	}
 }
@@ -163,10 +163,10 @@ func TestWeightChangeRefillsAtOldRateUntilTheChange(t *testing.T) {
 	p := Params{Rate: 0.1, Size: 1}
 	w1 := InitialWeight(1)
 	s := Full(0, w1)
-	s.Apply(&p, 1, Draw, 1)
+	s.apply(&p, 1, Draw, 1)
 	// 5 s at w=1 (half refilled), then the weight drops to 0.1 for 5 s more (+5%).
 	w2 := w1.Next(0.1, 5*sec)
-	s.Advance(&p, w2, 10*sec)
+	s.advance(&p, w2, 10*sec)
 	if math.Abs(s.Fill-0.55) > 1e-9 {
 		t.Fatalf("fill %.6f, want 0.55", s.Fill)
 	}
@@ -187,7 +187,7 @@ func TestWeightHistoryBounded(t *testing.T) {
 	// A bucket from a trimmed epoch still advances without panicking.
 	s := State{Fill: 0, Last: 0, Epoch: 3}
 	p := Params{Rate: 1, Size: 1}
-	s.Advance(&p, w, 2000*sec)
+	s.advance(&p, w, 2000*sec)
 	if s.Fill != 1 || s.Epoch != w.Epoch {
 		t.Fatalf("state %+v", s)
 	}

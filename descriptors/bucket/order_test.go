@@ -26,11 +26,11 @@ func TestStaleReadingsCountAsLast(t *testing.T) {
 			p := Params{Rate: 1, Size: 10}
 			wt := InitialWeight(1)
 			s := Full(0, wt)
-			s.Advance(&p, wt, 0)
-			s.Apply(&p, wt.W, Draw, 10)
+			s.advance(&p, wt, 0)
+			s.apply(&p, wt.W, Draw, 10)
 			for i, at := range tc.readings {
-				s.Advance(&p, wt, int64(at))
-				r := s.Apply(&p, wt.W, Check, 0)
+				s.advance(&p, wt, int64(at))
+				r := s.apply(&p, wt.W, Check, 0)
 				if math.Abs(r.Tokens-tc.want[i]) > 1e-9 {
 					t.Fatalf("after reading %v: %.9f tokens, want %v", at, r.Tokens, tc.want[i])
 				}
@@ -46,7 +46,7 @@ func TestOversizedWaitDrawIsRejectedAtOnce(t *testing.T) {
 	p := Params{Rate: 1000, Size: 2, MaxWait: time.Second}
 	wt := InitialWeight(1)
 	s := Full(0, wt)
-	r := s.Apply(&p, wt.W, Draw, 3)
+	r := s.apply(&p, wt.W, Draw, 3)
 	if r.OK || r.Wait != 0 || s.Fill != 1 {
 		t.Fatalf("draw of 3 from a 2-token wait bucket: %+v, fill %v", r, s.Fill)
 	}

@@ -136,8 +136,7 @@ func (s *Store) do(key uint64, r Request, wt *Weight, now int64, limit int64) (R
 }
 
 func (e *entry) do(r Request, wt *Weight, now int64) Result {
-	e.Advance(r.Params, wt, now)
-	return e.Apply(r.Params, wt.W, r.Op, r.N)
+	return e.State.Do(r.Params, wt, now, r.Op, r.N)
 }
 
 // reserve counts one more bucket if fewer than limit are held. It is exact
@@ -152,21 +151,6 @@ func (s *Store) reserve(limit int64) bool {
 			return true
 		}
 	}
-}
-
-// Peek returns a bucket's state brought up to now without changing it, and
-// whether it exists. A missing bucket is full.
-func (s *Store) Peek(key uint64, wt *Weight, now int64) (State, bool) {
-	sh := &s.shards[key%shardCount]
-	sh.mu.Lock()
-	e, ok := sh.m[key]
-	sh.mu.Unlock()
-	if !ok {
-		return Full(now, wt), false
-	}
-	p := e.params()
-	e.Advance(&p, wt, now)
-	return e.State, true
 }
 
 // Live is the number of buckets counted against the cap.
