@@ -31,6 +31,9 @@ deps:
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@# go.mod must say what the code imports: -diff prints what tidy would change
+	@# and exits non-zero.
+	$(GO) mod tidy -diff
 
 unit:
 	SHARELIMIT_CONSUL_BIN="$$(tools/consul/install.sh)" $(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)
