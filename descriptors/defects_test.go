@@ -3,6 +3,7 @@ package descriptors
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,29 @@ descriptors:
 	}
 	if e.Store().Live() != 0 {
 		t.Fatal("a refused draw created a bucket")
+	}
+}
+
+// TestOverrideWindowTooLong: unit × unit_multiplier past ten years would wrap
+// the window negative and block everything; it is bad input instead.
+func TestOverrideWindowTooLong(t *testing.T) {
+	e := NewEngine(mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 1, bucket.NewStore(0))
+	for _, tc := range []struct {
+		unit typev3.RateLimitUnit
+		mult uint32
+		ok   bool
+	}{
+		{typev3.RateLimitUnit_DAY, 3650, true},
+		{typev3.RateLimitUnit_DAY, 3651, false},
+		{typev3.RateLimitUnit_DAY, 200_000, false},
+		{typev3.RateLimitUnit_YEAR, 4_000_000_000, false},
+		{typev3.RateLimitUnit_SECOND, 4_000_000_000, false},
+	} {
+		d := &commonv3.RateLimitDescriptor{Entries: entries("k=v"), Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{
+			RequestsPerUnit: 1000, Unit: tc.unit, UnitMultiplier: wrapperspb.UInt32(tc.mult)}}
+		_, _, err := decide(e, "d", []*commonv3.RateLimitDescriptor{d}, 1, 0, nil)
+		if tc.ok != (err == nil) || !tc.ok && !strings.Contains(err.Error(), "descriptors[0].limit.unit_multiplier") {
+			t.Errorf("%d × %v: %v", tc.mult, tc.unit, err)
+		}
 	}
 }

@@ -209,6 +209,10 @@ func Validate(domain string, descs []*commonv3.RateLimitDescriptor) error {
 			if o.RequestsPerUnit == 0 {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit.requests_per_unit", i), "must be at least 1"}
 			}
+			if m := o.GetUnitMultiplier().GetValue(); !WindowOK(Unit(o.Unit), m) {
+				return &RequestError{fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i),
+					fmt.Sprintf("a window of %d %ss is longer than the %d-year maximum", m, Unit(o.Unit), MaxWindow/Year.Duration())}
+			}
 		}
 	}
 	return nil

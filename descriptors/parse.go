@@ -452,7 +452,7 @@ var limitKeys = map[string]bool{
 func (p *parser) limit(n *yaml.Node, path string) *Limit {
 	l := &Limit{}
 	before := len(p.errs)
-	var unitNode, rpuNode, unlimitedNode, burstNode, policyNode, waitNode *yaml.Node
+	var unitNode, rpuNode, unlimitedNode, multNode, burstNode, policyNode, waitNode *yaml.Node
 	unitText, hasUnit, hasRPU := "", false, false
 	p.fields(n, path, limitKeys, func(key string, k, v *yaml.Node) {
 		fp := path + "." + key
@@ -478,6 +478,7 @@ func (p *parser) limit(n *yaml.Node, path string) *Limit {
 					p.errorf(v, fp, "must be at least 1")
 				}
 				l.UnitMultiplier = uint32(x)
+				multNode = v
 			}
 		case "burst":
 			burstNode = v
@@ -532,6 +533,9 @@ func (p *parser) limit(n *yaml.Node, path string) *Limit {
 			at = n
 		}
 		p.errorf(at, path+".unit", "invalid rate limit unit '%s'", unitText)
+	case multNode != nil && !WindowOK(unit, l.UnitMultiplier):
+		p.errorf(multNode, path+".unit_multiplier", "a window of %d %ss is longer than the %d-year maximum",
+			l.UnitMultiplier, unit, MaxWindow/Year.Duration())
 	}
 	if !l.Unlimited && !hasRPU && rpuNode == nil {
 		at := n

@@ -3,10 +3,14 @@ package descriptors
 import (
 	"errors"
 	"flag"
+	"math"
+	"math/bits"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -141,5 +145,75 @@ func TestDomainKeyAfterDescriptors(t *testing.T) {
 	}
 	if r := set.Rules[0]; r.Path != "late.a" || r.Domain != "late" {
 		t.Fatalf("path %q domain %q", r.Path, r.Domain)
+	}
+}
+
+func TestWindowOK(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		unit Unit
+		mult uint32
+		want bool
+	}{
+		{Second, 0, true}, // 0 counts as 1
+		{Second, 1, true},
+		{Second, 315_360_000, true},
+		{Second, 315_360_001, false},
+		{Second, math.MaxUint32, false},
+		{Minute, 5_256_000, true},
+		{Minute, 5_256_001, false},
+		{Minute, math.MaxUint32, false}, // the product would overflow
+		{Hour, 87_600, true},
+		{Hour, 87_601, false},
+		{Day, 3650, true},
+		{Day, 3651, false},
+		{Day, 200_000, false}, // the product would overflow
+		{Week, 521, true},     // 3647 days
+		{Week, 522, false},    // 3654 days
+		{Month, 121, true},    // 3630 days
+		{Month, 122, false},   // 3660 days
+		{Year, 10, true},
+		{Year, 11, false},
+		{Year, math.MaxUint32, false},
+		{UnitUnknown, 1, false},
+		{Unit(99), 1, false},
+	}
+	for _, tc := range tests {
+		if got := WindowOK(tc.unit, tc.mult); got != tc.want {
+			t.Errorf("WindowOK(%s, %d) = %v, want %v", tc.unit, tc.mult, got, tc.want)
+		}
+	}
+}
+
+// TestLimitWindowNeverWraps builds limits by hand, past anything Parse
+// accepts: a window that wrapped negative made the rate negative, and a
+// negative rate blocks everything. It also checks WindowOK against the
+// product computed without overflow.
+func TestLimitWindowNeverWraps(t *testing.T) {
+	t.Parallel()
+	units := []Unit{Second, Minute, Hour, Day, Week, Month, Year}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 10_000 {
+		u := units[rng.IntN(len(units))]
+		mult := rng.Uint32()
+		if rng.IntN(2) == 0 {
+			mult = uint32(rng.IntN(5000))
+		}
+		hi, lo := bits.Mul64(uint64(u.Duration()), uint64(max(mult, 1)))
+		fits := hi == 0 && lo <= uint64(MaxWindow)
+		if got := WindowOK(u, mult); got != fits {
+			t.Fatalf("WindowOK(%s, %d) = %v, want %v", u, mult, got, fits)
+		}
+		l := &Limit{Unit: u, UnitMultiplier: mult}
+		w := l.Window()
+		if w <= 0 || w > MaxWindow {
+			t.Fatalf("%d × %s: window %s, want within (0, %s]", mult, u, w, MaxWindow)
+		}
+		if fits && uint64(w) != lo {
+			t.Fatalf("%d × %s: window %s, want %s", mult, u, w, time.Duration(lo))
+		}
+	}
+	if w := (&Limit{UnitMultiplier: 3}).Window(); w != 0 {
+		t.Fatalf("window of an unknown unit = %s, want 0", w)
 	}
 }

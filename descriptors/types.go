@@ -136,9 +136,32 @@ type Limit struct {
 	Proto *rlsv3.RateLimitResponse_RateLimit
 }
 
-// Window is the limit's period: unit × unit_multiplier.
+// MaxWindow is the longest window a limit may have (unit × unit_multiplier).
+// A longer one is no rate anyone means, and past about 292 years the product
+// no longer fits a time.Duration: it once wrapped negative, and a negative
+// rate blocks everything.
+const MaxWindow = 10 * 365 * 24 * time.Hour
+
+// WindowOK reports whether unit u times mult is a window a limit may have: u
+// is a known unit and the window is at most MaxWindow. A mult of 0 counts as
+// 1, as in Window. It divides rather than multiplies, so no mult overflows it.
+func WindowOK(u Unit, mult uint32) bool {
+	d := u.Duration()
+	return d > 0 && time.Duration(max(mult, 1)) <= MaxWindow/d
+}
+
+// Window is the limit's period: unit × unit_multiplier. It is 0 for an
+// unknown unit. Parse refuses a window past MaxWindow; one built by hand is
+// cut to MaxWindow rather than left to wrap negative.
 func (l *Limit) Window() time.Duration {
-	return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1))
+	d := l.Unit.Duration()
+	if d <= 0 {
+		return 0
+	}
+	if !WindowOK(l.Unit, l.UnitMultiplier) {
+		return MaxWindow
+	}
+	return d * time.Duration(max(l.UnitMultiplier, 1))
 }
 
 // finish derives Params and Proto from the configured fields.

@@ -129,6 +129,9 @@ type Consul struct {
 
 	view    atomic.Pointer[View]
 	running atomic.Bool
+	// count is countPassing. Tests swap it, before Run, for a counter that
+	// gives what no answer from Consul can, to reach the faults behind it.
+	count func(entries []*api.ServiceEntry, node string) (total, local int)
 
 	// Only Run's goroutine touches these.
 	answered bool // Consul has answered at least once
@@ -146,21 +149,16 @@ func NewConsul(cfg ConsulConfig, client *api.Client) (*Consul, error) {
 	if client == nil {
 		return nil, errors.New("new consul membership source: nil client")
 	}
-	c := &Consul{cfg: cfg, client: client, log: cfg.Logger, now: cfg.Clock}
+	c := &Consul{cfg: cfg, client: client, log: cfg.Logger, now: cfg.Clock, count: countPassing}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if c.now == nil {
 		c.now = time.Now
 	}
-	replicas := max(cfg.Replicas, 1)
-	c.view.Store(&View{
-		Source: "consul",
-		Node:   cfg.Node,
-		Total:  replicas,
-		Local:  1,
-		Weight: Weight(1, replicas),
-	})
+	v := replicasView("consul", cfg.Replicas)
+	v.Node = cfg.Node
+	c.view.Store(&v)
 	return c, nil
 }
 
@@ -273,6 +271,9 @@ func (c *Consul) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err == nil {
+			err = c.observe(node, total, local)
+		}
 		if err != nil {
 			// The next request is non-blocking: after an error the index
 			// may belong to another server's history (a restarted agent, a
@@ -285,7 +286,6 @@ func (c *Consul) Run(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		c.observe(node, total, local)
 	}
 }
 
@@ -316,7 +316,7 @@ func (c *Consul) poll(ctx context.Context, node string) (total, local int, err e
 			"previous", c.index, "answered", meta.LastIndex)
 	}
 	c.index = next
-	total, local = countPassing(entries, node)
+	total, local = c.count(entries, node)
 	if total == 0 {
 		// No passing instance at all is what an emptied catalog looks like (a
 		// restarted agent before re-registration, a filter matching nothing).
@@ -377,15 +377,21 @@ func (c *Consul) agentNodeName(ctx context.Context) (string, error) {
 	return self.Config.NodeName, nil
 }
 
-// observe publishes an answer from Consul.
-func (c *Consul) observe(node string, total, local int) {
+// observe publishes an answer from Consul, or returns an error, publishing
+// nothing, when its counts cannot be a view: that answer is a fault and the
+// last view stands.
+func (c *Consul) observe(node string, total, local int) error {
+	w, err := Weight(local, total)
+	if err != nil {
+		return fmt.Errorf("query passing instances of %q: %w; the last view stands", c.cfg.Service, err)
+	}
 	prev := c.view.Load()
 	v := &View{
 		Source:     "consul",
 		Node:       node,
 		Total:      total,
 		Local:      local,
-		Weight:     Weight(local, total),
+		Weight:     w,
 		ObservedAt: c.now(),
 		Errors:     prev.Errors,
 	}
@@ -409,6 +415,7 @@ func (c *Consul) observe(node string, total, local int) {
 		}
 		c.log.Info("consul membership: view changed", args...)
 	}
+	return nil
 }
 
 // fail publishes an error: the view stands, only LastError and Errors change.

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 )
 
 // request is what the fake server saw of one health query.
@@ -599,5 +601,74 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestFakeImpossibleCount feeds the watch counts no catalog can hold, such as
+// more instances on this node than in the whole service. No body the fake can
+// send makes countPassing produce one, so the counter is swapped; the rest is
+// the real watch loop. Such an answer must be a fault like any other: the
+// last view stands, the error is counted and reported, and the next sane
+// answer is taken again.
+func TestFakeImpossibleCount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		count func(total, local int) (int, int)
+	}{
+		{"local above total", func(total, local int) (int, int) { return total, total + 2 }},
+		{"negative local", func(total, local int) (int, int) { return total, -1 }},
+		{"negative total", func(total, local int) (int, int) { return -total, 0 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// 0: an honest first answer; 1: impossible counts; 2: sane again.
+			var phase atomic.Int32
+			f := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				switch phase.Load() {
+				case 0:
+					reply(w, 10, entries("node-a", "node-b"))
+				case 1:
+					reply(w, uint64(10+n), entries("node-a", "node-b", "node-c"))
+				default:
+					reply(w, uint64(10+n), entries("node-a", "node-a", "node-b", "node-c"))
+				}
+			})
+			var logs logBuffer
+			c, err := NewConsul(fast(ConsulConfig{Logger: logs.logger()}), newClient(t, f.addr(), ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.count = func(e []*api.ServiceEntry, node string) (int, int) {
+				total, local := countPassing(e, node)
+				if phase.Load() == 1 {
+					return tc.count(total, local)
+				}
+				return total, local
+			}
+			run(t, c)
+			waitView(t, c, counts(2, 1), "the first answer")
+			phase.Store(1)
+			// An honest answer already on its way may still land after the
+			// switch; once the first impossible one is counted, the watch (which
+			// asks one query at a time) sees only impossible ones.
+			first := waitView(t, c, func(v View) bool { return v.Errors >= 1 }, "the first impossible answer reported")
+			v := waitView(t, c, func(v View) bool { return v.Errors >= 3 }, "three impossible answers reported")
+			if v.Total != 2 || v.Local != 1 || v.Weight != 0.5 || !v.ObservedAt.Equal(first.ObservedAt) {
+				t.Fatalf("view after impossible answers = %+v; want the last good one (%+v) to stand", v, first)
+			}
+			if !strings.Contains(v.LastError, "impossible") {
+				t.Fatalf("LastError = %q; want it to report the impossible count", v.LastError)
+			}
+			if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "impossible") {
+				t.Fatalf("impossible count not logged at warn:\n%s", out)
+			}
+			phase.Store(2)
+			v = waitView(t, c, counts(4, 2), "the sane answer after the impossible ones")
+			if v.LastError != "" || v.Errors < 3 {
+				t.Fatalf("view after recovery = %+v; want LastError cleared, Errors kept", v)
+			}
+		})
 	}
 }

@@ -48,6 +48,14 @@ func watch(t *testing.T, cfg ConsulConfig, client *api.Client) *Consul {
 	if err != nil {
 		t.Fatalf("NewConsul: %v", err)
 	}
+	run(t, c)
+	return c
+}
+
+// run runs c until the test ends, as watch does, for a test that adjusts c
+// between NewConsul and Run.
+func run(t *testing.T, c *Consul) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -62,7 +70,6 @@ func watch(t *testing.T, cfg ConsulConfig, client *api.Client) *Consul {
 			t.Errorf("Run still running 5 s after its context was cancelled")
 		}
 	})
-	return c
 }
 
 // waitView polls View until cond holds, for up to 10 s, and returns the view
@@ -85,6 +92,7 @@ func waitView(t *testing.T, c *Consul, cond func(View) bool, format string, args
 // counts matches a view's Total and Local and checks that its Weight follows.
 func counts(total, local int) func(View) bool {
 	return func(v View) bool {
-		return v.Total == total && v.Local == local && math.Abs(v.Weight-Weight(local, total)) < 1e-12
+		w, err := Weight(local, total)
+		return err == nil && v.Total == total && v.Local == local && math.Abs(v.Weight-w) < 1e-12
 	}
 }

@@ -13,7 +13,11 @@
 // publishes views; it never touches token buckets.
 package membership
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // View is one observation of the replica set. Views are values: a published
 // View is never modified, so it may be kept and compared freely.
@@ -36,6 +40,10 @@ type View struct {
 	Errors    uint64 // watch errors since start
 }
 
+// ErrImpossibleCount marks instance counts that no catalog can hold, such as
+// more instances on one node than in the whole service.
+var ErrImpossibleCount = errors.New("impossible instance count")
+
 // Weight is the share of a global limit that one replica enforces, given the
 // number of passing instances on its node (local) and in the whole cluster
 // (total):
@@ -44,20 +52,31 @@ type View struct {
 //
 // A replica that does not see itself in the catalog (it is starting, failing
 // its check, or registered under another node) counts itself in, so it never
-// claims more than a fair share. With one instance per node this is 1/N. A
-// count that makes no sense (total below local, or nothing at all) gives 1.
-func Weight(local, total int) float64 {
-	if local < 0 {
-		local = 0
+// claims more than a fair share. With one instance per node this is 1/N.
+//
+// A count that makes no sense (negative, local above total, or no instance at
+// all) is an error wrapping ErrImpossibleCount, with weight 0. It never gets
+// a share: every share such a count could get is a guess, and the natural
+// guess, 1, lets every replica enforce each limit whole, N times the cap.
+// The caller keeps the view it had.
+func Weight(local, total int) (float64, error) {
+	var why string
+	switch {
+	case local < 0 || total < 0:
+		why = "negative"
+	case local > total:
+		why = "more on this node than in total"
+	case total == 0:
+		why = "no instance at all"
+	default:
+		// In floating point, so that total+1 cannot overflow.
+		n := float64(total)
+		if local == 0 {
+			n++
+		}
+		return float64(max(local, 1)) / n, nil
 	}
-	n := total
-	if local == 0 {
-		n++
-	}
-	if n <= 0 || local > total {
-		return 1
-	}
-	return float64(max(local, 1)) / float64(n)
+	return 0, fmt.Errorf("weigh %d local of %d instances: %s: %w", local, total, why, ErrImpossibleCount)
 }
 
 // Static is the membership source used without Consul: a fixed replica count,
@@ -68,16 +87,20 @@ type Static struct {
 }
 
 // NewStatic returns a static source for the given replica count; a count
-// below 1 means 1 (the replica is alone). A static view has a zero ObservedAt:
+// below 1 means 1 (the replica is alone). The daemon never passes one: its
+// config refuses --replicas below 1. A static view has a zero ObservedAt:
 // nothing ever confirms it, so it has no age.
 func NewStatic(replicas int) *Static {
+	return &Static{view: replicasView("static", replicas)}
+}
+
+// replicasView is the view of a fixed replica count, one per node, as
+// --replicas states it.
+func replicasView(source string, replicas int) View {
 	replicas = max(replicas, 1)
-	return &Static{view: View{
-		Source: "static",
-		Total:  replicas,
-		Local:  1,
-		Weight: Weight(1, replicas),
-	}}
+	// One instance of replicas >= 1 is a possible count, so this is 1/replicas.
+	w, _ := Weight(1, replicas)
+	return View{Source: source, Total: replicas, Local: 1, Weight: w}
 }
 
 // View returns the static view.

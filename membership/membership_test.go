@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,16 +28,16 @@ func TestWeight(t *testing.T) {
 		{"node holding all", 4, 4, 1},
 		{"node absent counts itself in", 0, 3, 1.0 / 4},
 		{"node absent, one other", 0, 1, 0.5},
-		{"nothing passing", 0, 0, 1},
-		{"negative total", 0, -5, 1},
-		{"negative local", -1, 2, 1.0 / 3},
-		{"local above total is nonsense", 3, 2, 1},
 		{"absurd count", 1, 100_000, 1e-5},
+		{"absent from the largest count", 0, math.MaxInt, 1 / (float64(math.MaxInt) + 1)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := Weight(tc.local, tc.total)
+			got, err := Weight(tc.local, tc.total)
+			if err != nil {
+				t.Fatalf("Weight(%d, %d) = %v", tc.local, tc.total, err)
+			}
 			if math.Abs(got-tc.want) > 1e-12 {
 				t.Fatalf("Weight(%d, %d) = %v, want %v", tc.local, tc.total, got, tc.want)
 			}
@@ -44,6 +45,89 @@ func TestWeight(t *testing.T) {
 				t.Fatalf("Weight(%d, %d) = %v, outside (0, 1]", tc.local, tc.total, got)
 			}
 		})
+	}
+}
+
+// TestWeightImpossible pins that a count no catalog can produce is an error,
+// never a share: the old answer, 1, made every replica enforce each limit
+// whole.
+func TestWeightImpossible(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		local, total int
+	}{
+		{"nothing passing", 0, 0},
+		{"local but no total", 1, 0},
+		{"negative total", 0, -5},
+		{"negative total and local", -1, -1},
+		{"negative local", -1, 2},
+		{"local above total", 3, 2},
+		{"local far above total", math.MaxInt, 1},
+		{"most negative local", math.MinInt, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w, err := Weight(tc.local, tc.total)
+			if !errors.Is(err, ErrImpossibleCount) {
+				t.Fatalf("Weight(%d, %d) = %v, %v; want ErrImpossibleCount", tc.local, tc.total, w, err)
+			}
+			if w != 0 {
+				t.Fatalf("Weight(%d, %d) = %v with an error; want 0, so a careless caller gets no share", tc.local, tc.total, w)
+			}
+		})
+	}
+}
+
+// TestWeightProperties checks, over random counts, that a weight exists
+// exactly for the counts a catalog can hold, that it lies in (0, 1], and that
+// however the instances are spread over nodes the nodes' shares add up to one
+// whole limit: never more, or the cluster admits more than the cap.
+func TestWeightProperties(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const eps = 1e-9
+	for range 20_000 {
+		local, total := rng.IntN(40)-5, rng.IntN(40)-5
+		if rng.IntN(10) == 0 {
+			local, total = int(rng.Int64()), int(rng.Int64())
+		}
+		w, err := Weight(local, total)
+		possible := local >= 0 && total > 0 && local <= total
+		if (err == nil) != possible {
+			t.Fatalf("Weight(%d, %d) = %v, %v; want an error exactly when the count is impossible", local, total, w, err)
+		}
+		if err == nil && (w <= 0 || w > 1) {
+			t.Fatalf("Weight(%d, %d) = %v, outside (0, 1]", local, total, w)
+		}
+		if err == nil && local == 0 {
+			// Counting itself in is exactly as if the replica were listed.
+			if listed, _ := Weight(1, total+1); math.Abs(w-listed) > eps {
+				t.Fatalf("Weight(0, %d) = %v, want Weight(1, %d) = %v", total, w, total+1, listed)
+			}
+		}
+	}
+	for range 5_000 {
+		// Spread total instances over nodes, each holding at least one.
+		total := 1 + rng.IntN(500)
+		var locals []int
+		for left := total; left > 0; {
+			n := 1 + rng.IntN(min(left, 1+rng.IntN(20)))
+			locals = append(locals, n)
+			left -= n
+		}
+		sum := 0.0
+		for _, l := range locals {
+			w, err := Weight(l, total)
+			if err != nil {
+				t.Fatalf("Weight(%d, %d) = %v", l, total, err)
+			}
+			sum += w
+		}
+		if sum > 1+eps || sum < 1-eps {
+			t.Fatalf("nodes holding %v of %d instances have shares summing to %v, want 1", locals, total, sum)
+		}
 	}
 }
 
