@@ -8,6 +8,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/monotime"
 )
 
 // Benchmarks whose limits bind: the OVER_LIMIT path, the wait path and the walk
@@ -27,8 +28,8 @@ descriptors:
 
 func bindEngine(b *testing.B) *Engine {
 	set := mustParse(b, bindConfig)
-	if len(set.Rules) != 3 {
-		b.Fatalf("fixture has %d rules", len(set.Rules))
+	if set.Len() != 3 {
+		b.Fatalf("fixture has %d rules", set.Len())
 	}
 	return NewEngine(set, 0.25, bucket.NewStore(0))
 }
@@ -59,7 +60,7 @@ func (o *outcomes) report(b *testing.B) {
 // clock: almost every decision is OVER_LIMIT.
 func BenchmarkDecideOverLimit(b *testing.B) {
 	e := bindEngine(b)
-	clock := Clock()
+	clock := monotime.New()
 	descs := []*commonv3.RateLimitDescriptor{desc("tight=x")}
 	mustMatch(b, e, descs)
 	var o outcomes

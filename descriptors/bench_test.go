@@ -9,6 +9,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/monotime"
 )
 
 const benchConfig = `
@@ -37,8 +38,8 @@ func ipValues(n int) []string {
 
 func benchEngine(b *testing.B) *Engine {
 	set := mustParse(b, benchConfig)
-	if len(set.Rules) != 4 {
-		b.Fatalf("fixture has %d rules", len(set.Rules))
+	if set.Len() != 4 {
+		b.Fatalf("fixture has %d rules", set.Len())
 	}
 	return NewEngine(set, 0.25, bucket.NewStore(0))
 }
@@ -62,7 +63,7 @@ func mustMatch(b *testing.B, e *Engine, descs []*commonv3.RateLimitDescriptor) {
 // contending for the one bucket, which a single token bucket must serialise.
 func BenchmarkDecideFixedRule(b *testing.B) {
 	e := benchEngine(b)
-	clock := Clock()
+	clock := monotime.New()
 	descs := []*commonv3.RateLimitDescriptor{desc("generic_key=checkout")}
 	mustMatch(b, e, descs)
 	b.Run("serial", func(b *testing.B) {
@@ -88,7 +89,7 @@ func BenchmarkDecideFixedRule(b *testing.B) {
 // request sits in cache in the server.
 func BenchmarkDecidePerValue100k(b *testing.B) {
 	e := benchEngine(b)
-	clock := Clock()
+	clock := monotime.New()
 	ips := ipValues(100_000)
 	for _, ip := range ips {
 		decide(e, "edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
@@ -115,7 +116,7 @@ func BenchmarkDecidePerValue100k(b *testing.B) {
 
 func BenchmarkDecide10Descriptors(b *testing.B) {
 	e := benchEngine(b)
-	clock := Clock()
+	clock := monotime.New()
 	descs := make([]*commonv3.RateLimitDescriptor, 10)
 	for i := range descs {
 		switch i % 3 {
@@ -148,7 +149,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			e := benchEngine(b)
-			clock := Clock()
+			clock := monotime.New()
 			ips := ipValues(1 << 16)
 			for _, ip := range ips {
 				decide(e, "edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)

@@ -10,14 +10,14 @@ import (
 // order: what `sharelimit check -v` prints and what the golden tests compare.
 func (s *Set) Dump() string {
 	var b strings.Builder
-	names := make([]string, 0, len(s.Domains))
-	for n := range s.Domains {
+	names := make([]string, 0, len(s.domains))
+	for n := range s.domains {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		d := s.Domains[n]
-		fmt.Fprintf(&b, "domain %s\n", d.Name)
+		d := s.domains[n]
+		fmt.Fprintf(&b, "domain %s\n", d.name)
 		dumpLevel(&b, &d.root, 1)
 	}
 	return b.String()
@@ -26,17 +26,17 @@ func (s *Set) Dump() string {
 func dumpLevel(b *strings.Builder, l *level, depth int) {
 	for _, r := range l.order {
 		b.WriteString(strings.Repeat("  ", depth))
-		fmt.Fprintf(b, "%s [%s]", composite(r.Key, r.Value), r.Kind)
-		if r.Limit != nil {
-			fmt.Fprintf(b, " limit=%q", r.Limit.String())
-			if r.Limit.Name != "" {
-				fmt.Fprintf(b, " name=%s", r.Limit.Name)
+		fmt.Fprintf(b, "%s [%s]", composite(r.key, r.value), r.kind)
+		if r.limit != nil {
+			fmt.Fprintf(b, " limit=%q", r.limit.String())
+			if r.limit.name != "" {
+				fmt.Fprintf(b, " name=%s", r.limit.name)
 			}
-			if len(r.Limit.Replaces) > 0 {
-				fmt.Fprintf(b, " replaces=%s", strings.Join(r.Limit.Replaces, ","))
+			if len(r.limit.replaces) > 0 {
+				fmt.Fprintf(b, " replaces=%s", strings.Join(r.limit.replaces, ","))
 			}
-			if !r.Limit.Unlimited {
-				fmt.Fprintf(b, " rate=%.6g/s", r.Limit.Params.Rate)
+			if !r.limit.unlimited {
+				fmt.Fprintf(b, " rate=%.6g/s", r.limit.params.Rate)
 				if r.PerValue() {
 					b.WriteString(" per-value")
 				}
@@ -45,20 +45,20 @@ func dumpLevel(b *strings.Builder, l *level, depth int) {
 		for _, f := range []struct {
 			on   bool
 			name string
-		}{{r.ShadowMode, "shadow"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}, {r.ShareThreshold, "share_threshold"}, {r.QuotaMode, "quota_mode"}} {
+		}{{r.shadowMode, "shadow"}, {r.detailedMetric, "detailed_metric"}, {r.valueToMetric, "value_to_metric"}, {r.shareThreshold, "share_threshold"}, {r.quotaMode, "quota_mode"}} {
 			if f.on {
 				b.WriteString(" " + f.name)
 			}
 		}
-		if len(r.Metadata) > 0 {
-			keys := make([]string, 0, len(r.Metadata))
-			for k := range r.Metadata {
+		if len(r.metadata) > 0 {
+			keys := make([]string, 0, len(r.metadata))
+			for k := range r.metadata {
 				keys = append(keys, k)
 			}
 			sort.Strings(keys)
 			fmt.Fprintf(b, " metadata=%s", strings.Join(keys, ","))
 		}
-		fmt.Fprintf(b, " @%d:%d\n", r.Pos.Line, r.Pos.Col)
+		fmt.Fprintf(b, " @%d:%d\n", r.pos.Line, r.pos.Col)
 		dumpLevel(b, &r.children, depth+1)
 	}
 }

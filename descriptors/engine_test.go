@@ -139,7 +139,7 @@ func TestDecideStatusFields(t *testing.T) {
 	}
 	big := out[0]
 	// Cluster burst 50 at w=1/4: local size 12.5, one drawn leaves 11.5 → 46 cluster-wide.
-	if big.Limit == nil || big.Limit.Proto.RequestsPerUnit != 6000 || big.Remaining != 46 {
+	if big.Limit == nil || big.Limit.Proto().RequestsPerUnit != 6000 || big.Remaining != 46 {
 		t.Fatalf("big: %+v", big)
 	}
 	// Time until full: 1 token at the local rate 6000/60/4 = 25/s is 40 ms.
@@ -149,7 +149,7 @@ func TestDecideStatusFields(t *testing.T) {
 	if out[1].Limit != nil || out[1].Code != OK {
 		t.Fatalf("unmatched: %+v", out[1])
 	}
-	if out[2].Remaining != math.MaxUint32 || out[2].Limit == nil || !out[2].Limit.Unlimited {
+	if out[2].Remaining != math.MaxUint32 || out[2].Limit == nil || !out[2].Limit.Unlimited() {
 		t.Fatalf("unlimited: %+v", out[2])
 	}
 	out, _ = d.decide(desc("shadow=s"))
@@ -200,7 +200,7 @@ func TestReplaces(t *testing.T) {
 	if !out[0].Replaced || out[0].Limit != nil || out[0].Code != OK {
 		t.Fatalf("general not replaced: %+v", out[0])
 	}
-	if out[1].Limit == nil || out[1].Limit.Name != "special" {
+	if out[1].Limit == nil || out[1].Limit.Name() != "special" {
 		t.Fatalf("special: %+v", out[1])
 	}
 	// Alone, general applies.
@@ -228,7 +228,7 @@ func TestOverride(t *testing.T) {
 		t.Fatalf("override: %s", got)
 	}
 	out, _ := d.decide(ov(4, typev3.RateLimitUnit_SECOND))
-	if !out[0].Override || out[0].Limit.Proto.RequestsPerUnit != 4 {
+	if !out[0].Override || out[0].Limit.Proto().RequestsPerUnit != 4 {
 		t.Fatalf("status %+v", out[0])
 	}
 	if got := d.codes(1, desc("fixed=one")); got != "O" {

@@ -15,7 +15,7 @@ import (
 // reading code.
 func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLimitDescriptor_Entry, w float64) {
 	fmt.Fprintf(out, "domain %q, weight %.4g: this replica enforces that share of every limit\n", domain, w)
-	d := set.Domains[domain]
+	d := set.domains[domain]
 	if d == nil {
 		fmt.Fprintf(out, "\nno file defines domain %q: every descriptor is OK with no limit (as upstream)\n", domain)
 		return
@@ -33,11 +33,11 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 		if matched[i] == nil {
 			return nil
 		}
-		return matched[i].Limit
+		return matched[i].limit
 	}
 	replacements(len(matched), limit, func(by, dropped int, name string) {
 		fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
-			dropped+1, name, by+1, matched[by].Path, dropped+1)
+			dropped+1, name, by+1, matched[by].path, dropped+1)
 		replaced[dropped] = true
 	})
 	for i, r := range matched {
@@ -64,20 +64,20 @@ func explainSteps(out io.Writer, d *Domain, steps []Step, depth int) {
 			fmt.Fprintf(out, "no rule for key %q at this depth (no exact value, no wildcard, no key-only rule)\n", st.Key)
 			fmt.Fprintf(out, "  result: no limit: OK with no current_limit\n")
 			return
-		case r.Kind == Exact:
-			fmt.Fprintf(out, "exact rule %s (%s)\n", r.Path, r.Pos)
-		case r.Kind == Wildcard:
-			fmt.Fprintf(out, "wildcard rule %s: pattern %q is the first wildcard that matches, in config order (%s)\n", r.Path, r.Value, r.Pos)
+		case r.kind == Exact:
+			fmt.Fprintf(out, "exact rule %s (%s)\n", r.path, r.pos)
+		case r.kind == Wildcard:
+			fmt.Fprintf(out, "wildcard rule %s: pattern %q is the first wildcard that matches, in config order (%s)\n", r.path, r.value, r.pos)
 		default:
 			if st.Value == "" {
-				fmt.Fprintf(out, "key-only rule %s: an empty value matches only key-only rules or value \"*\" (%s)\n", r.Path, r.Pos)
+				fmt.Fprintf(out, "key-only rule %s: an empty value matches only key-only rules or value \"*\" (%s)\n", r.path, r.pos)
 			} else {
-				fmt.Fprintf(out, "key-only rule %s: no exact rule for this value and no wildcard matched (%s)\n", r.Path, r.Pos)
+				fmt.Fprintf(out, "key-only rule %s: no exact rule for this value and no wildcard matched (%s)\n", r.path, r.pos)
 			}
 		}
 		last := i == depth-1
 		switch {
-		case last && r.Limit == nil:
+		case last && r.limit == nil:
 			fmt.Fprintf(out, "  result: no limit: the rule at the request's last depth has no rate_limit, and a parent's limit never applies to a deeper request\n")
 		case !last && len(r.Children()) == 0:
 			fmt.Fprintf(out, "  result: no limit: the request has %d entries but the config ends at depth %d; limits apply only at exactly the depth of the last entry\n", depth, i+1)
@@ -87,24 +87,24 @@ func explainSteps(out io.Writer, d *Domain, steps []Step, depth int) {
 }
 
 func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, w float64) {
-	l := r.Limit
-	fmt.Fprintf(out, "\ndescriptor %d is limited by %s", n, r.Path)
-	if l.Name != "" {
-		fmt.Fprintf(out, " (name %q)", l.Name)
+	l := r.limit
+	fmt.Fprintf(out, "\ndescriptor %d is limited by %s", n, r.path)
+	if l.name != "" {
+		fmt.Fprintf(out, " (name %q)", l.name)
 	}
 	fmt.Fprintln(out)
-	if l.Unlimited {
+	if l.unlimited {
 		fmt.Fprintf(out, "  unlimited: always OK, limit_remaining %d\n", uint32(1<<32-1))
 		return
 	}
-	fmt.Fprintf(out, "  cluster-wide: %s (refills %.6g/s, bucket of %d)\n", l, l.Params.Rate, l.Burst)
-	if l.Params.Blocked() {
+	fmt.Fprintf(out, "  cluster-wide: %s (refills %.6g/s, bucket of %d)\n", l, l.params.Rate, l.burst)
+	if l.params.Blocked() {
 		fmt.Fprintf(out, "  local share: 0: requests_per_unit 0 blocks every request on every replica\n")
 	} else {
-		rate, size := l.Params.Local(w)
+		rate, size := l.params.Local(w)
 		fmt.Fprintf(out, "  local share: %.6g/s, bucket of %.6g", rate, size)
-		if l.Params.Size*w < 1 {
-			fmt.Fprintf(out, " (B·w = %.3g is below 1: floored at 1 so this replica can pass a request)", l.Params.Size*w)
+		if l.params.Size*w < 1 {
+			fmt.Fprintf(out, " (B·w = %.3g is below 1: floored at 1 so this replica can pass a request)", l.params.Size*w)
 		}
 		fmt.Fprintln(out)
 	}
@@ -116,17 +116,17 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 	}
 	if len(key) == 0 {
 		what := "one bucket for the rule"
-		if r.ShareThreshold {
+		if r.shareThreshold {
 			what = "one bucket shared by every value matching the pattern (share_threshold)"
 		}
-		fmt.Fprintf(out, "  bucket: %s [%s]\n", r.Path, what)
+		fmt.Fprintf(out, "  bucket: %s [%s]\n", r.path, what)
 	} else {
-		fmt.Fprintf(out, "  bucket: %s [%s] (one bucket per distinct value)\n", r.Path, strings.Join(key, ", "))
+		fmt.Fprintf(out, "  bucket: %s [%s] (one bucket per distinct value)\n", r.path, strings.Join(key, ", "))
 	}
-	if r.ShadowMode {
+	if r.shadowMode {
 		fmt.Fprintf(out, "  shadow mode: an over-limit decision is reported OK and counted\n")
 	}
-	if l.Policy == Wait {
-		fmt.Fprintf(out, "  policy wait: an empty bucket holds the answer up to %s for tokens\n", l.MaxWait)
+	if l.policy == Wait {
+		fmt.Fprintf(out, "  policy wait: an empty bucket holds the answer up to %s for tokens\n", l.maxWait)
 	}
 }

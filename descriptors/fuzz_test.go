@@ -44,7 +44,7 @@ func FuzzParse(f *testing.F) {
 // FuzzDecide decodes arbitrary bytes as a request's descriptors and decides
 // them against the fixtures: no panic, a status per descriptor, never UNKNOWN.
 func FuzzDecide(f *testing.F) {
-	set, err := LoadPaths("testdata/valid")
+	set, err := compileFiles(f, "testdata/valid")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -18,7 +18,7 @@ type Step struct {
 // sits at exactly the depth of the last entry and carries a limit. There is no
 // backtracking and no falling back to a parent's limit.
 func (s *Set) Match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) *Rule {
-	d := s.Domains[domain]
+	d := s.domains[domain]
 	if d == nil {
 		return nil
 	}
@@ -27,7 +27,7 @@ func (s *Set) Match(domain string, entries []*commonv3.RateLimitDescriptor_Entry
 
 // Trace is Match with a record of every depth, for explaining a decision.
 func (s *Set) Trace(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (*Rule, []Step) {
-	d := s.Domains[domain]
+	d := s.domains[domain]
 	if d == nil {
 		return nil, nil
 	}
@@ -42,7 +42,7 @@ func match(l *level, entries []*commonv3.RateLimitDescriptor_Entry, trace *[]Ste
 		if trace != nil {
 			st := Step{Key: e.GetKey(), Value: e.GetValue(), Rule: r}
 			if r != nil {
-				st.Kind = r.Kind
+				st.Kind = r.kind
 			}
 			*trace = append(*trace, st)
 		}
@@ -50,7 +50,7 @@ func match(l *level, entries []*commonv3.RateLimitDescriptor_Entry, trace *[]Ste
 			return nil
 		}
 		if i == len(entries)-1 {
-			if r.Limit == nil {
+			if r.limit == nil {
 				return nil
 			}
 			return r
@@ -74,7 +74,7 @@ func (l *level) lookup(key, value string) *Rule {
 		}
 	}
 	for _, r := range g.wild {
-		if glob(r.Value, value) {
+		if glob(r.value, value) {
 			return r
 		}
 	}

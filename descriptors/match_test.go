@@ -113,7 +113,7 @@ func TestMatch(t *testing.T) {
 			r := set.Match(tc.domain, entries(tc.entries...))
 			var got uint32
 			if r != nil {
-				got = r.Limit.RequestsPerUnit
+				got = r.Limit().RequestsPerUnit()
 			}
 			if got != tc.want {
 				t.Fatalf("matched %d, want %d (rule %+v)", got, tc.want, r)

@@ -4,53 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
-
-// Error is one problem in a config file, with its position.
-type Error struct {
-	Pos  Pos
-	Path string // where in the document, e.g. descriptors[0].rate_limit.unit
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("%s: %s", e.Pos, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s: %s", e.Pos, e.Path, e.Msg)
-}
-
-// Errors returns every *Error inside err (as joined by Parse and Load), in order.
-func Errors(err error) []*Error {
-	var out []*Error
-	var walk func(error)
-	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		var e *Error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, x := range j.Unwrap() {
-				walk(x)
-			}
-			return
-		}
-		if errors.As(err, &e) {
-			out = append(out, e)
-		}
-	}
-	walk(err)
-	return out
-}
 
 // Caps on what a config may contain. They exist so that no file, however
 // written, can make the parser or the matcher do unbounded work.
@@ -60,6 +17,46 @@ const (
 	MaxFileBytes = 16 << 20
 )
 
+// File is one config file as a source read it: the name that positions in
+// errors carry, and its bytes.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Parse reads one descriptor file: one domain and its rules. name is used in
+// positions. Every problem in the file is reported, joined, as *Error values.
+func Parse(name string, r io.Reader) (*Set, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
+	if err != nil {
+		return nil, &Error{Pos: Pos{name, 1, 1}, Msg: fmt.Sprintf("read: %v", err)}
+	}
+	return Compile(File{Name: name, Data: data})
+}
+
+// Compile parses every file, one domain each, and joins them into one Set.
+// Every problem in every file is reported, joined, as *Error values; a
+// domain defined twice is one of them.
+func Compile(files ...File) (*Set, error) {
+	var errs []error
+	domains := make([]*Domain, 0, len(files))
+	names := make([]string, 0, len(files))
+	for _, f := range files {
+		names = append(names, f.Name)
+		d, err := parseDomain(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		domains = append(domains, d)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return assemble(domains, names)
+}
+
+// parser collects the errors of one file.
 type parser struct {
 	file  string
 	errs  []error
@@ -74,28 +71,12 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	p.errs = append(p.errs, &Error{Pos: Pos{p.file, line, col}, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-var yamlLine = regexp.MustCompile(`line (\d+)`)
-
-// Parse reads one descriptor file: one domain and its rules. name is used in
-// positions. Every problem in the file is reported, joined, as *Error values.
-func Parse(name string, r io.Reader) (*Set, error) {
-	d, err := parseDomain(name, r)
-	if err != nil {
-		return nil, err
-	}
-	return assemble([]*Domain{d}, []string{name})
-}
-
-func parseDomain(name string, r io.Reader) (*Domain, error) {
-	p := &parser{file: name}
-	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
-	if err != nil {
-		return nil, &Error{Pos: Pos{name, 1, 1}, Msg: fmt.Sprintf("read: %v", err)}
-	}
-	if len(data) > MaxFileBytes {
+func parseDomain(f File) (*Domain, error) {
+	name := f.Name
+	if len(f.Data) > MaxFileBytes {
 		return nil, &Error{Pos: Pos{name, 1, 1}, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileBytes)}
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(strings.NewReader(string(f.Data)))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -113,6 +94,7 @@ func parseDomain(name string, r io.Reader) (*Domain, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
+	p := &parser{file: name}
 	d := p.domain(root)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -120,177 +102,58 @@ func parseDomain(name string, r io.Reader) (*Domain, error) {
 	return d, nil
 }
 
-// yamlError gives a syntax error the position yaml.v3 knows: the line, and column 1.
-func yamlError(name string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 1
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		if n, err := strconv.Atoi(m[1]); err == nil {
-			line = n
-		}
-		msg = strings.TrimSpace(yamlLine.ReplaceAllString(msg, ""))
-		msg = strings.TrimPrefix(msg, ": ")
-	}
-	return &Error{Pos: Pos{name, line, 1}, Msg: "yaml: " + msg}
-}
-
-// fields walks a mapping, checking that keys are strings and known. It calls fn
-// for each known key with its value node.
-func (p *parser) fields(n *yaml.Node, path string, known map[string]bool, fn func(key string, k, v *yaml.Node)) {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "want a map, got %s", kindName(n))
-		return
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || (k.Tag != "!!str" && k.Tag != "") {
-			p.errorf(k, path, "key is not a string: %s", strings.TrimSpace(describe(k)))
-			continue
-		}
-		if !known[k.Value] {
-			p.errorf(k, path, "unknown key '%s'%s", k.Value, hint(k.Value, path))
-			continue
-		}
-		if seen[k.Value] {
-			p.errorf(k, path, "key '%s' given twice", k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		if v.Kind == yaml.AliasNode {
-			v = v.Alias
-		}
-		fn(k.Value, k, v)
-	}
-}
-
-// hint explains the mistakes operators make most.
-func hint(key, path string) string {
-	switch {
-	case (key == "unit" || key == "requests_per_unit") && !strings.HasSuffix(path, "rate_limit"):
-		return " (it belongs inside rate_limit)"
-	case key == "rate_limit" && strings.HasSuffix(path, "rate_limit"):
-		return " (rate_limit nested in rate_limit)"
-	}
-	return ""
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
-		return "a scalar"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a map"
-	}
-	return "nothing"
-}
-
-func describe(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode {
-		return n.Value
-	}
-	return kindName(n)
-}
-
-var domainKeys = map[string]bool{"domain": true, "descriptors": true}
+func isDomainKey(k string) bool { return k == "domain" || k == "descriptors" }
 
 func (p *parser) domain(n *yaml.Node) *Domain {
-	d := &Domain{File: p.file}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+	d := &Domain{file: p.file}
+	if isNull(n) {
 		p.errorf(n, "", "empty file: want a domain and descriptors")
 		return d
 	}
-	var domNode *yaml.Node
 	// Read the domain first: rule paths start with it, wherever the key stands.
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if k, v := n.Content[i], n.Content[i+1]; k.Value == "domain" && v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
-				d.Name = v.Value
+			if k, v := n.Content[i], n.Content[i+1]; k.Value == "domain" && v.Kind == yaml.ScalarNode && !isNull(v) {
+				d.name = v.Value
 			}
 		}
 	}
-	p.fields(n, "", domainKeys, func(key string, k, v *yaml.Node) {
+	var domNode *yaml.Node
+	p.fields(n, "", isDomainKey, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
 			domNode = k
-			d.Name = p.str(v, "domain")
+			d.name = p.str(v, "domain")
 		case "descriptors":
-			d.root = p.descriptors(v, "descriptors", d.Name, nil, 1)
+			d.root = p.descriptors(v, "descriptors", d.name, nil, 1)
 		}
 	})
-	if n.Kind == yaml.MappingNode && d.Name == "" {
-		at := n
-		if domNode != nil {
-			at = domNode
-		}
-		p.errorf(at, "domain", "config file cannot have empty domain")
+	if n.Kind == yaml.MappingNode && d.name == "" {
+		p.errorf(firstOf(domNode, n), "domain", "config file cannot have empty domain")
 	}
 	return d
 }
 
-func (p *parser) str(v *yaml.Node, path string) string {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		p.errorf(v, path, "want a string, got %s", kindName(v))
-		return ""
-	}
-	return v.Value
-}
-
-func (p *parser) boolean(v *yaml.Node, path string) bool {
-	if v.Kind == yaml.ScalarNode {
-		switch strings.ToLower(v.Value) {
-		case "true", "yes", "on":
-			return true
-		case "false", "no", "off":
-			return false
+// firstOf returns the first node that is there: the most precise position
+// known for an error.
+func firstOf(nodes ...*yaml.Node) *yaml.Node {
+	for _, n := range nodes {
+		if n != nil {
+			return n
 		}
 	}
-	p.errorf(v, path, "want true or false, got %s", strings.TrimSpace(describe(v)))
-	return false
-}
-
-// uint reads an unsigned integer, also when written as a string (upstream's
-// YAML is read by a library that accepts "10" for 10, and configs rely on it).
-func (p *parser) uint(v *yaml.Node, path string, bits int) (uint64, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Tag == "!!bool" {
-		p.errorf(v, path, "want a whole number, got %s", strings.TrimSpace(describe(v)))
-		return 0, false
-	}
-	s := strings.TrimSpace(v.Value)
-	if strings.HasPrefix(s, "-") {
-		p.errorf(v, path, "must not be negative, got %s", s)
-		return 0, false
-	}
-	n, err := strconv.ParseUint(strings.ReplaceAll(strings.TrimPrefix(s, "+"), "_", ""), 10, bits)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) {
-			p.errorf(v, path, "%s is too large (at most %d)", s, uint64(1)<<bits-1)
-		} else {
-			p.errorf(v, path, "want a whole number, got %s", s)
-		}
-		return 0, false
-	}
-	return n, true
+	return nil
 }
 
 func (p *parser) descriptors(v *yaml.Node, path, domain string, parent *Rule, depth int) level {
 	l := level{byKey: map[string]*keyGroup{}}
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+	switch {
+	case isNull(v):
 		return l
-	}
-	if v.Kind != yaml.SequenceNode {
+	case v.Kind != yaml.SequenceNode:
 		p.errorf(v, path, "want a list of descriptors, got %s", kindName(v))
 		return l
-	}
-	if depth > MaxDepth {
+	case depth > MaxDepth:
 		p.errorf(v, path, "descriptors nested deeper than %d levels", MaxDepth)
 		return l
 	}
@@ -307,134 +170,43 @@ func (p *parser) descriptors(v *yaml.Node, path, domain string, parent *Rule, de
 			p.errorf(item, ipath, "more than %d descriptors in one file", MaxRules)
 			return l
 		}
-		r := p.descriptor(item, ipath, domain, parent, depth)
-		if r == nil {
-			continue
-		}
-		g := l.byKey[r.Key]
-		if g == nil {
-			g = &keyGroup{exact: map[string]*Rule{}}
-			l.byKey[r.Key] = g
-		}
-		dup := false
-		switch r.Kind {
-		case Exact:
-			dup = g.exact[r.Value] != nil
-			g.exact[r.Value] = r
-		case KeyOnly:
-			dup = g.def != nil
-			g.def = r
-		case Wildcard:
-			for _, w := range g.wild {
-				dup = dup || w.Value == r.Value
-			}
-			if !dup {
-				g.wild = append(g.wild, r)
+		if r := p.descriptor(item, ipath, domain, parent, depth); r != nil {
+			if !l.add(r) {
+				p.errorf(item, ipath, "duplicate descriptor composite key '%s'", r.path)
 			}
 		}
-		if dup {
-			p.errorf(item, ipath, "duplicate descriptor composite key '%s'", r.Path)
-			continue
-		}
-		l.order = append(l.order, r)
 	}
 	return l
 }
 
-var descriptorKeys = map[string]bool{
-	"key": true, "value": true, "descriptors": true, "rate_limit": true,
-	"shadow_mode": true, "detailed_metric": true, "value_to_metric": true,
-	"share_threshold": true, "quota_mode": true, "metadata": true,
-}
-
-func (p *parser) descriptor(n *yaml.Node, path, domain string, parent *Rule, depth int) *Rule {
-	r := &Rule{Domain: domain, Parent: parent, Depth: depth, Pos: Pos{p.file, n.Line, n.Column}}
-	var keyNode, subNode, shareNode *yaml.Node
-	ok := true
-	p.fields(n, path, descriptorKeys, func(key string, k, v *yaml.Node) {
-		fp := path + "." + key
-		switch key {
-		case "key":
-			keyNode = k
-			r.Key = p.str(v, fp)
-		case "value":
-			r.Value = p.str(v, fp)
-		case "descriptors":
-			subNode = v
-		case "rate_limit":
-			r.Limit = p.limit(v, fp)
-			ok = ok && r.Limit != nil
-		case "shadow_mode":
-			r.ShadowMode = p.boolean(v, fp)
-		case "detailed_metric":
-			r.DetailedMetric = p.boolean(v, fp)
-		case "value_to_metric":
-			r.ValueToMetric = p.boolean(v, fp)
-		case "share_threshold":
-			shareNode = k
-			r.ShareThreshold = p.boolean(v, fp)
-		case "quota_mode":
-			r.QuotaMode = p.boolean(v, fp)
-		case "metadata":
-			if v.Kind != yaml.MappingNode {
-				p.errorf(v, fp, "want a map, got %s", kindName(v))
-				return
-			}
-			var m map[string]any
-			if err := v.Decode(&m); err != nil {
-				p.errorf(v, fp, "%v", err)
-				return
-			}
-			r.Metadata = m
+// add puts r in the level, unless a rule with the same composite key is there.
+func (l *level) add(r *Rule) bool {
+	g := l.byKey[r.key]
+	if g == nil {
+		g = &keyGroup{exact: map[string]*Rule{}}
+		l.byKey[r.key] = g
+	}
+	switch r.kind {
+	case Exact:
+		if g.exact[r.value] != nil {
+			return false
 		}
-	})
-	if r.Key == "" {
-		at := n
-		if keyNode != nil {
-			at = keyNode
+		g.exact[r.value] = r
+	case KeyOnly:
+		if g.def != nil {
+			return false
 		}
-		p.errorf(at, path, "descriptor has empty key")
-		ok = false
-	}
-	switch {
-	case r.Value == "":
-		r.Kind = KeyOnly
-	case strings.Contains(r.Value, "*"):
-		r.Kind = Wildcard
-	default:
-		r.Kind = Exact
-	}
-	if r.ShareThreshold && r.Kind != Wildcard {
-		p.errorf(shareNode, path+".share_threshold", "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite(r.Key, r.Value))
-		ok = false
-	}
-	if r.Limit != nil {
-		for i, name := range r.Limit.Replaces {
-			if name == r.Limit.Name {
-				p.errorf(n, fmt.Sprintf("%s.rate_limit.replaces[%d]", path, i), "replaces should not contain name of same descriptor")
-				ok = false
+		g.def = r
+	case Wildcard:
+		for _, w := range g.wild {
+			if w.value == r.value {
+				return false
 			}
 		}
+		g.wild = append(g.wild, r)
 	}
-	prefix := domain
-	if parent != nil {
-		prefix = parent.Path
-	}
-	r.Path = prefix + "." + composite(r.Key, r.Value)
-	var pvary []bool
-	if parent != nil {
-		pvary = parent.varying
-	}
-	r.varying = append(append([]bool(nil), pvary...), r.Kind == KeyOnly || (r.Kind == Wildcard && !r.ShareThreshold))
-	if subNode != nil {
-		r.children = p.descriptors(subNode, path+".descriptors", domain, r, depth+1)
-	} else {
-		r.children = level{byKey: map[string]*keyGroup{}}
-	}
-	if !ok {
-		return nil
-	}
-	return r
+	l.order = append(l.order, r)
+	return true
 }
 
 func composite(key, value string) string {
@@ -442,282 +214,4 @@ func composite(key, value string) string {
 		return key
 	}
 	return key + "_" + value
-}
-
-var limitKeys = map[string]bool{
-	"unit": true, "requests_per_unit": true, "unlimited": true, "name": true, "replaces": true,
-	"unit_multiplier": true, "burst": true, "policy": true, "max_wait": true,
-}
-
-func (p *parser) limit(n *yaml.Node, path string) *Limit {
-	l := &Limit{}
-	before := len(p.errs)
-	var unitNode, rpuNode, unlimitedNode, multNode, burstNode, policyNode, waitNode *yaml.Node
-	unitText, hasUnit, hasRPU := "", false, false
-	p.fields(n, path, limitKeys, func(key string, k, v *yaml.Node) {
-		fp := path + "." + key
-		switch key {
-		case "unit":
-			unitNode, hasUnit = v, true
-			unitText = p.str(v, fp)
-		case "requests_per_unit":
-			rpuNode = v
-			if x, ok := p.uint(v, fp, 32); ok {
-				l.RequestsPerUnit, hasRPU = uint32(x), true
-			}
-		case "unlimited":
-			unlimitedNode = k
-			l.Unlimited = p.boolean(v, fp)
-		case "name":
-			l.Name = p.str(v, fp)
-		case "replaces":
-			l.Replaces = p.replaces(v, fp)
-		case "unit_multiplier":
-			if x, ok := p.uint(v, fp, 32); ok {
-				if x < 1 {
-					p.errorf(v, fp, "must be at least 1")
-				}
-				l.UnitMultiplier = uint32(x)
-				multNode = v
-			}
-		case "burst":
-			burstNode = v
-			if x, ok := p.uint(v, fp, 63); ok {
-				if x < 1 {
-					p.errorf(v, fp, "must be at least 1 (use requests_per_unit: 0 to block)")
-				}
-				l.Burst = x
-			}
-		case "policy":
-			policyNode = v
-			switch s := p.str(v, fp); strings.ToLower(s) {
-			case "reject", "":
-				l.Policy = Reject
-			case "wait":
-				l.Policy = Wait
-			default:
-				p.errorf(v, fp, "invalid policy '%s' (want reject or wait)", s)
-			}
-		case "max_wait":
-			waitNode = v
-			s := p.str(v, fp)
-			d, err := time.ParseDuration(s)
-			switch {
-			case s == "":
-			case err != nil:
-				p.errorf(v, fp, "invalid duration '%s' (want e.g. 15ms)", s)
-			case d <= 0:
-				p.errorf(v, fp, "must be positive, got %s", s)
-			default:
-				l.MaxWait = d
-			}
-		}
-	})
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	unit, validUnit := ParseUnit(unitText)
-	switch {
-	case l.Unlimited && hasUnit && validUnit:
-		p.errorf(unitNode, path+".unit", "should not specify rate limit unit when unlimited")
-	case l.Unlimited:
-		for _, x := range []*yaml.Node{burstNode, policyNode, waitNode} {
-			if x != nil {
-				p.errorf(x, path, "burst, policy and max_wait have no meaning when unlimited")
-				break
-			}
-		}
-	case !validUnit:
-		at := unitNode
-		if at == nil {
-			at = n
-		}
-		p.errorf(at, path+".unit", "invalid rate limit unit '%s'", unitText)
-	case multNode != nil && !WindowOK(unit, l.UnitMultiplier):
-		p.errorf(multNode, path+".unit_multiplier", "a window of %d %ss is longer than the %d-year maximum",
-			l.UnitMultiplier, unit, MaxWindow/Year.Duration())
-	}
-	if !l.Unlimited && !hasRPU && rpuNode == nil {
-		at := n
-		if unlimitedNode != nil {
-			at = unlimitedNode
-		}
-		p.errorf(at, path, "requests_per_unit is required (0 blocks every request; or set unlimited: true)")
-	}
-	if !l.Unlimited && hasRPU && l.RequestsPerUnit == 0 && burstNode != nil {
-		p.errorf(burstNode, path+".burst", "a blocking limit (requests_per_unit: 0) takes no burst")
-	}
-	if l.Policy == Wait && l.MaxWait == 0 && waitNode == nil {
-		p.errorf(policyNode, path+".policy", "policy wait needs max_wait (e.g. 15ms)")
-	}
-	if l.Policy != Wait && waitNode != nil {
-		p.errorf(waitNode, path+".max_wait", "max_wait needs policy: wait")
-	}
-	if len(p.errs) > before {
-		return nil
-	}
-	l.Unit = unit
-	l.finish()
-	return l
-}
-
-func (p *parser) replaces(v *yaml.Node, path string) []string {
-	if v.Kind != yaml.SequenceNode {
-		p.errorf(v, path, "want a list of {name: ...}, got %s", kindName(v))
-		return nil
-	}
-	var out []string
-	for i, item := range v.Content {
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		if item.Kind != yaml.MappingNode {
-			p.errorf(item, ip, "yaml file contains list of type other than map: %s", strings.TrimSpace(describe(item)))
-			continue
-		}
-		name := ""
-		p.fields(item, ip, map[string]bool{"name": true}, func(_ string, _, v *yaml.Node) {
-			name = p.str(v, ip+".name")
-		})
-		if name == "" {
-			p.errorf(item, ip, "should not have an empty replaces entry")
-			continue
-		}
-		out = append(out, name)
-	}
-	return out
-}
-
-// LoadPaths loads files and directories (every *.yaml and *.yml directly inside,
-// dotfiles ignored) into one Set. Every error in every file is reported.
-func LoadPaths(paths ...string) (*Set, error) {
-	var files []string
-	var errs []error
-	for _, path := range paths {
-		fi, err := os.Stat(path)
-		if err != nil {
-			errs = append(errs, &Error{Pos: Pos{path, 0, 0}, Msg: fmt.Sprintf("stat: %v", unwrapPathErr(err))})
-			continue
-		}
-		if !fi.IsDir() {
-			files = append(files, path)
-			continue
-		}
-		found, err := ListDir(path)
-		if err != nil {
-			errs = append(errs, &Error{Pos: Pos{path, 0, 0}, Msg: fmt.Sprintf("read dir: %v", unwrapPathErr(err))})
-			continue
-		}
-		files = append(files, found...)
-	}
-	var domains []*Domain
-	for _, f := range files {
-		d, err := parseFile(f)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		domains = append(domains, d)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return assemble(domains, files)
-}
-
-func unwrapPathErr(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-// ListDir returns the config files directly in dir, sorted: *.yaml and *.yml,
-// without dotfiles (which also skips Kubernetes' ..data bookkeeping entries).
-func ListDir(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
-		}
-		ext := strings.ToLower(filepath.Ext(name))
-		if ext != ".yaml" && ext != ".yml" {
-			continue
-		}
-		full := filepath.Join(dir, name)
-		fi, err := os.Stat(full) // follows the symlinks ConfigMaps are made of
-		if err != nil || fi.IsDir() {
-			continue
-		}
-		out = append(out, full)
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-func parseFile(path string) (*Domain, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, &Error{Pos: Pos{path, 0, 0}, Msg: fmt.Sprintf("open: %v", unwrapPathErr(err))}
-	}
-	defer f.Close()
-	return parseDomain(path, f)
-}
-
-// assemble joins domains into a Set, rejecting a domain defined twice.
-func assemble(domains []*Domain, files []string) (*Set, error) {
-	s := &Set{Domains: map[string]*Domain{}, Files: files}
-	var errs []error
-	for _, d := range domains {
-		if prev, dup := s.Domains[d.Name]; dup {
-			errs = append(errs, &Error{Pos: Pos{d.File, 1, 1}, Path: "domain",
-				Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", d.Name, prev.File)})
-			continue
-		}
-		s.Domains[d.Name] = d
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	names := make([]string, 0, len(s.Domains))
-	for n := range s.Domains {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		return s.Domains[names[i]].File+"\x00"+names[i] < s.Domains[names[j]].File+"\x00"+names[j]
-	})
-	var add func(l *level)
-	add = func(l *level) {
-		for _, r := range l.order {
-			r.ID = len(s.Rules)
-			r.identity = r.Path + "\x00" + varyingSig(r)
-			if r.Limit != nil {
-				r.identity += "\x00" + r.Limit.identity()
-				if len(r.Limit.Replaces) > 0 {
-					s.hasReplaces = true
-				}
-			}
-			s.Rules = append(s.Rules, r)
-			add(&r.children)
-		}
-	}
-	for _, n := range names {
-		add(&s.Domains[n].root)
-	}
-	return s, nil
-}
-
-func varyingSig(r *Rule) string {
-	b := make([]byte, len(r.varying))
-	for i, v := range r.varying {
-		b[i] = '0'
-		if v {
-			b[i] = '1'
-		}
-	}
-	return string(b)
 }

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"errors"
 	"flag"
 	"math"
 	"math/bits"
@@ -42,7 +41,7 @@ func TestParseInvalid(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			set, err := LoadPaths(f)
+			set, err := compileFiles(t, f)
 			if err == nil {
 				t.Fatalf("loaded without error:\n%s", set.Dump())
 			}
@@ -69,7 +68,7 @@ func TestParseValid(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			set, err := LoadPaths(f)
+			set, err := compileFiles(t, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,30 +77,12 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
-func TestLoadDir(t *testing.T) {
-	set, err := LoadPaths("testdata/dir")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(set.Domains) != 2 || set.Domains["one"] == nil || set.Domains["two"] == nil {
-		t.Fatalf("want domains one and two (dotfile, .txt and directory skipped), got %v", set.Files)
-	}
-}
-
 func TestDuplicateDomainAcrossFiles(t *testing.T) {
-	_, err := LoadPaths("testdata/dupdomain")
+	_, err := compileFiles(t, "testdata/dupdomain")
 	if err == nil {
 		t.Fatal("duplicate domain accepted")
 	}
 	golden(t, "testdata/dupdomain.err", err.Error()+"\n")
-}
-
-func TestLoadMissing(t *testing.T) {
-	_, err := LoadPaths("testdata/does-not-exist")
-	var e *Error
-	if !errors.As(err, &e) || !strings.Contains(err.Error(), "no such file") {
-		t.Fatalf("want a positioned not-found error, got %v", err)
-	}
 }
 
 func TestParseNumbersAsStrings(t *testing.T) {
@@ -114,12 +95,12 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := set.Rules[0].Limit
-	if l.RequestsPerUnit != 25 || l.UnitMultiplier != 2 || l.Burst != 7 {
+	l := set.Rule(0).Limit()
+	if l.RequestsPerUnit() != 25 || l.UnitMultiplier() != 2 || l.Burst() != 7 {
 		t.Fatalf("got %+v", l)
 	}
-	if l.Params.Rate != 12.5 || l.Params.Size != 7 {
-		t.Fatalf("params %+v", l.Params)
+	if l.Params().Rate != 12.5 || l.Params().Size != 7 {
+		t.Fatalf("params %+v", l.Params())
 	}
 }
 
@@ -129,7 +110,7 @@ func TestUnitsCaseInsensitive(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", u, err)
 		}
-		if got := set.Rules[0].Limit.Unit.String(); got != strings.ToLower(u) {
+		if got := set.Rule(0).Limit().Unit().String(); got != strings.ToLower(u) {
 			t.Errorf("%s parsed as %s", u, got)
 		}
 	}
@@ -143,8 +124,8 @@ func TestDomainKeyAfterDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := set.Rules[0]; r.Path != "late.a" || r.Domain != "late" {
-		t.Fatalf("path %q domain %q", r.Path, r.Domain)
+	if r := set.Rule(0); r.Path() != "late.a" || r.Domain() != "late" {
+		t.Fatalf("path %q domain %q", r.Path(), r.Domain())
 	}
 }
 
@@ -204,7 +185,7 @@ func TestLimitWindowNeverWraps(t *testing.T) {
 		if got := WindowOK(u, mult); got != fits {
 			t.Fatalf("WindowOK(%s, %d) = %v, want %v", u, mult, got, fits)
 		}
-		l := &Limit{Unit: u, UnitMultiplier: mult}
+		l := &Limit{unit: u, unitMultiplier: mult}
 		w := l.Window()
 		if w <= 0 || w > MaxWindow {
 			t.Fatalf("%d × %s: window %s, want within (0, %s]", mult, u, w, MaxWindow)
@@ -213,7 +194,7 @@ func TestLimitWindowNeverWraps(t *testing.T) {
 			t.Fatalf("%d × %s: window %s, want %s", mult, u, w, time.Duration(lo))
 		}
 	}
-	if w := (&Limit{UnitMultiplier: 3}).Window(); w != 0 {
+	if w := (&Limit{unitMultiplier: 3}).Window(); w != 0 {
 		t.Fatalf("window of an unknown unit = %s, want 0", w)
 	}
 }

@@ -1,16 +1,9 @@
-// Package descriptors is sharelimit's rule engine: it parses upstream
-// envoyproxy/ratelimit's descriptor YAML (plus sharelimit's extensions), compiles
-// it into an immutable match tree, and decides requests against it with the
-// token buckets of package bucket.
-//
-// The package is pure: no I/O beyond the readers and directories it is handed,
-// no globals, no metrics. The daemon swaps whole compiled Sets on reload; an
-// Engine keeps bucket state across swaps for every rule that did not change.
 package descriptors
 
 import (
 	"fmt"
-	"strings"
+	"maps"
+	"slices"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,201 +12,123 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
-// Unit is a rate limit's time unit. Its values are those of Envoy's
-// RateLimitResponse.RateLimit.Unit, so a Unit converts to the wire enum directly.
-type Unit int32
+// Limit is a rate_limit block, compiled. It is immutable once built and shared
+// by every request and every bucket of its rule, so all its state is
+// unexported and read through methods. The zero value is not meaningful.
+type Limit struct {
+	requestsPerUnit uint32
+	unit            Unit
+	unitMultiplier  uint32 // >= 1
+	unlimited       bool
+	name            string
+	replaces        []string
+	burst           uint64 // the cluster-wide bucket size; requests_per_unit unless set
+	policy          Policy
+	maxWait         time.Duration
 
-// The units of upstream's YAML. A month is 30 days and a year 365, as upstream.
-const (
-	UnitUnknown Unit = 0
-	Second      Unit = 1
-	Minute      Unit = 2
-	Hour        Unit = 3
-	Day         Unit = 4
-	Month       Unit = 5
-	Year        Unit = 6
-	Week        Unit = 7
-)
-
-// Duration is the length of one unit.
-func (u Unit) Duration() time.Duration {
-	switch u {
-	case Second:
-		return time.Second
-	case Minute:
-		return time.Minute
-	case Hour:
-		return time.Hour
-	case Day:
-		return 24 * time.Hour
-	case Week:
-		return 7 * 24 * time.Hour
-	case Month:
-		return 30 * 24 * time.Hour
-	case Year:
-		return 365 * 24 * time.Hour
-	}
-	return 0
+	params bucket.Params                      // derived from the fields above
+	proto  *rlsv3.RateLimitResponse_RateLimit // current_limit, shared by every response
 }
 
-func (u Unit) String() string {
-	switch u {
-	case Second:
-		return "second"
-	case Minute:
-		return "minute"
-	case Hour:
-		return "hour"
-	case Day:
-		return "day"
-	case Week:
-		return "week"
-	case Month:
-		return "month"
-	case Year:
-		return "year"
-	}
-	return fmt.Sprintf("unit(%d)", int32(u))
-}
+// RequestsPerUnit is the cluster-wide limit per window.
+func (l *Limit) RequestsPerUnit() uint32 { return l.requestsPerUnit }
 
-// ParseUnit reads a unit name, case-insensitively.
-func ParseUnit(s string) (Unit, bool) {
-	switch strings.ToLower(s) {
-	case "second":
-		return Second, true
-	case "minute":
-		return Minute, true
-	case "hour":
-		return Hour, true
-	case "day":
-		return Day, true
-	case "week":
-		return Week, true
-	case "month":
-		return Month, true
-	case "year":
-		return Year, true
-	}
-	return UnitUnknown, false
-}
+// Unit is the limit's time unit.
+func (l *Limit) Unit() Unit { return l.unit }
+
+// UnitMultiplier is how many units make one window; at least 1.
+func (l *Limit) UnitMultiplier() uint32 { return l.unitMultiplier }
+
+// Unlimited reports whether the limit admits everything.
+func (l *Limit) Unlimited() bool { return l.unlimited }
+
+// Name is the limit's name, which other limits' replaces refer to.
+func (l *Limit) Name() string { return l.name }
+
+// Replaces returns the names of the limits this one drops from a request.
+func (l *Limit) Replaces() []string { return slices.Clone(l.replaces) }
+
+// Burst is the cluster-wide bucket size.
+func (l *Limit) Burst() uint64 { return l.burst }
 
 // Policy says what a draw on an empty bucket does.
-type Policy uint8
+func (l *Limit) Policy() Policy { return l.policy }
 
-const (
-	// Reject answers OVER_LIMIT at once (upstream's only behaviour).
-	Reject Policy = iota
-	// Wait reserves the tokens and holds the answer until they exist, if that is
-	// within MaxWait.
-	Wait
-)
+// MaxWait is how long a wait-policy draw may hold its answer.
+func (l *Limit) MaxWait() time.Duration { return l.maxWait }
 
-func (p Policy) String() string {
-	if p == Wait {
-		return "wait"
-	}
-	return "reject"
-}
+// Params are the limit's bucket figures.
+func (l *Limit) Params() bucket.Params { return l.params }
 
-// Limit is a rate_limit block, compiled. It is immutable once built and shared by
-// every request and every bucket of its rule.
-type Limit struct {
-	RequestsPerUnit uint32
-	Unit            Unit
-	UnitMultiplier  uint32 // >= 1
-	Unlimited       bool
-	Name            string
-	Replaces        []string
-	// Burst is the cluster-wide bucket size; requests_per_unit unless set.
-	Burst   uint64
-	Policy  Policy
-	MaxWait time.Duration
-
-	// Params are the bucket figures derived from the fields above.
-	Params bucket.Params
-	// Proto is the limit as Envoy receives it in current_limit. It is shared by
-	// every response and must never be modified.
-	Proto *rlsv3.RateLimitResponse_RateLimit
-}
-
-// MaxWindow is the longest window a limit may have (unit × unit_multiplier).
-// A longer one is no rate anyone means, and past about 292 years the product
-// no longer fits a time.Duration: it once wrapped negative, and a negative
-// rate blocks everything.
-const MaxWindow = 10 * 365 * 24 * time.Hour
-
-// WindowOK reports whether unit u times mult is a window a limit may have: u
-// is a known unit and the window is at most MaxWindow. A mult of 0 counts as
-// 1, as in Window. It divides rather than multiplies, so no mult overflows it.
-func WindowOK(u Unit, mult uint32) bool {
-	d := u.Duration()
-	return d > 0 && time.Duration(max(mult, 1)) <= MaxWindow/d
-}
+// Proto is the limit as Envoy receives it in current_limit; nil when
+// unlimited. Every response shares the one message, so callers may send it but
+// must never modify it.
+func (l *Limit) Proto() *rlsv3.RateLimitResponse_RateLimit { return l.proto }
 
 // Window is the limit's period: unit × unit_multiplier. It is 0 for an
 // unknown unit. Parse refuses a window past MaxWindow; one built by hand is
 // cut to MaxWindow rather than left to wrap negative.
 func (l *Limit) Window() time.Duration {
-	d := l.Unit.Duration()
+	d := l.unit.Duration()
 	if d <= 0 {
 		return 0
 	}
-	if !WindowOK(l.Unit, l.UnitMultiplier) {
+	if !WindowOK(l.unit, l.unitMultiplier) {
 		return MaxWindow
 	}
-	return d * time.Duration(max(l.UnitMultiplier, 1))
+	return d * time.Duration(max(l.unitMultiplier, 1))
 }
 
-// finish derives Params and Proto from the configured fields.
+// finish derives params and proto from the configured fields.
 func (l *Limit) finish() {
-	if l.UnitMultiplier == 0 {
-		l.UnitMultiplier = 1
+	if l.unitMultiplier == 0 {
+		l.unitMultiplier = 1
 	}
-	if l.Unlimited {
+	if l.unlimited {
 		return
 	}
-	if l.Burst == 0 {
-		l.Burst = uint64(l.RequestsPerUnit)
+	if l.burst == 0 {
+		l.burst = uint64(l.requestsPerUnit)
 	}
-	if l.RequestsPerUnit > 0 {
-		l.Params = bucket.Params{
-			Rate:    float64(l.RequestsPerUnit) / l.Window().Seconds(),
-			Size:    float64(l.Burst),
-			MaxWait: l.MaxWait,
+	if l.requestsPerUnit > 0 {
+		l.params = bucket.Params{
+			Rate:    float64(l.requestsPerUnit) / l.Window().Seconds(),
+			Size:    float64(l.burst),
+			MaxWait: l.maxWait,
 		}
-		if l.Policy != Wait {
-			l.Params.MaxWait = 0
+		if l.policy != Wait {
+			l.params.MaxWait = 0
 		}
 	}
-	l.Proto = &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.Name,
-		RequestsPerUnit: l.RequestsPerUnit,
-		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit),
+	l.proto = &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.name,
+		RequestsPerUnit: l.requestsPerUnit,
+		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.unit),
 	}
-	if l.UnitMultiplier > 1 {
-		l.Proto.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	if l.unitMultiplier > 1 {
+		l.proto.UnitMultiplier = wrapperspb.UInt32(l.unitMultiplier)
 	}
 }
 
 // identity is what a bucket's state is tied to across reloads: change any of it
 // and the rule starts with fresh buckets.
 func (l *Limit) identity() string {
-	return fmt.Sprintf("%d/%s*%d burst=%d %s %s", l.RequestsPerUnit, l.Unit, l.UnitMultiplier, l.Burst, l.Policy, l.MaxWait)
+	return fmt.Sprintf("%d/%s*%d burst=%d %s %s", l.requestsPerUnit, l.unit, l.unitMultiplier, l.burst, l.policy, l.maxWait)
 }
 
 func (l *Limit) String() string {
-	if l.Unlimited {
+	if l.unlimited {
 		return "unlimited"
 	}
-	s := fmt.Sprintf("%d per %s", l.RequestsPerUnit, l.Unit)
-	if l.UnitMultiplier > 1 {
-		s = fmt.Sprintf("%d per %d %ss", l.RequestsPerUnit, l.UnitMultiplier, l.Unit)
+	s := fmt.Sprintf("%d per %s", l.requestsPerUnit, l.unit)
+	if l.unitMultiplier > 1 {
+		s = fmt.Sprintf("%d per %d %ss", l.requestsPerUnit, l.unitMultiplier, l.unit)
 	}
-	if l.Burst != uint64(l.RequestsPerUnit) {
-		s += fmt.Sprintf(", burst %d", l.Burst)
+	if l.burst != uint64(l.requestsPerUnit) {
+		s += fmt.Sprintf(", burst %d", l.burst)
 	}
-	if l.Policy == Wait {
-		s += fmt.Sprintf(", wait up to %s", l.MaxWait)
+	if l.policy == Wait {
+		s += fmt.Sprintf(", wait up to %s", l.maxWait)
 	}
 	return s
 }
@@ -240,28 +155,27 @@ func (k MatchKind) String() string {
 	return "exact"
 }
 
-// Rule is one descriptor of the YAML, compiled. Rules are immutable.
+// Rule is one descriptor of the YAML, compiled. Rules are immutable and safe
+// for concurrent use; all their state is read through methods.
 type Rule struct {
-	// ID is the rule's index in its Set's Rules.
-	ID     int
-	Domain string
-	Key    string
-	Value  string
-	Kind   MatchKind
-	// Path is upstream's stats key for the rule: domain.key_value.key2...
-	Path  string
-	Limit *Limit // nil when this level only leads to deeper rules
+	id     int // the rule's index in its Set
+	domain string
+	key    string
+	value  string
+	kind   MatchKind
+	path   string // upstream's stats key: domain.key_value.key2...
+	limit  *Limit // nil when this level only leads to deeper rules
 
-	ShadowMode     bool
-	DetailedMetric bool
-	ValueToMetric  bool
-	ShareThreshold bool
-	QuotaMode      bool
-	Metadata       map[string]any
+	shadowMode     bool
+	detailedMetric bool
+	valueToMetric  bool
+	shareThreshold bool
+	quotaMode      bool
+	metadata       map[string]any
 
-	Pos    Pos
-	Parent *Rule
-	Depth  int // 1 for a top-level descriptor
+	pos    Pos
+	parent *Rule
+	depth  int // 1 for a top-level descriptor
 
 	children level
 	// varying[i] is true when the value at depth i+1 picks a bucket: key-only
@@ -270,18 +184,60 @@ type Rule struct {
 	identity string
 }
 
+// ID is the rule's index in its Set's Rules: dense, from 0, so per-rule state
+// can live in a slice.
+func (r *Rule) ID() int { return r.id }
+
+// Domain is the domain of the file the rule came from.
+func (r *Rule) Domain() string { return r.domain }
+
+// Key is the descriptor key the rule matches.
+func (r *Rule) Key() string { return r.key }
+
+// Value is the value the rule matches: plain, with wildcards, or "" for any.
+func (r *Rule) Value() string { return r.value }
+
+// Kind says how Value matches.
+func (r *Rule) Kind() MatchKind { return r.kind }
+
+// Path is upstream's stats key for the rule: domain.key_value.key2...
+func (r *Rule) Path() string { return r.path }
+
+// Limit is the rule's limit; nil when the rule only leads to deeper rules.
+func (r *Rule) Limit() *Limit { return r.limit }
+
+// ShadowMode reports whether over-limit decisions are answered OK (and counted).
+func (r *Rule) ShadowMode() bool { return r.shadowMode }
+
+// DetailedMetric reports whether decisions are counted per request value.
+func (r *Rule) DetailedMetric() bool { return r.detailedMetric }
+
+// ValueToMetric reports whether the value goes into the metric name, as upstream.
+func (r *Rule) ValueToMetric() bool { return r.valueToMetric }
+
+// ShareThreshold reports whether every value matching a wildcard shares one bucket.
+func (r *Rule) ShareThreshold() bool { return r.shareThreshold }
+
+// QuotaMode reports the rule's quota_mode.
+func (r *Rule) QuotaMode() bool { return r.quotaMode }
+
+// Metadata returns a copy of the rule's metadata, nil when it has none.
+func (r *Rule) Metadata() map[string]any { return maps.Clone(r.metadata) }
+
+// Pos is where the rule is written.
+func (r *Rule) Pos() Pos { return r.pos }
+
+// Parent is the rule one level up; nil at the top.
+func (r *Rule) Parent() *Rule { return r.parent }
+
+// Depth is 1 for a top-level descriptor, 2 one level below, and so on.
+func (r *Rule) Depth() int { return r.depth }
+
 // Children returns the rules one level below r, in config order.
-func (r *Rule) Children() []*Rule { return r.children.order }
+func (r *Rule) Children() []*Rule { return slices.Clone(r.children.order) }
 
 // PerValue reports whether the rule keeps one bucket per runtime value set.
-func (r *Rule) PerValue() bool {
-	for _, v := range r.varying {
-		if v {
-			return true
-		}
-	}
-	return false
-}
+func (r *Rule) PerValue() bool { return slices.Contains(r.varying, true) }
 
 // level is the set of rules at one depth under one parent.
 type level struct {
@@ -295,27 +251,64 @@ type keyGroup struct {
 	def   *Rule
 }
 
-// Domain is one file's rules.
+// Domain is one file's rules. It is immutable.
 type Domain struct {
-	Name string
-	File string
+	name string
+	file string
 	root level
 }
 
-// Rules returns the top-level rules in config order.
-func (d *Domain) Rules() []*Rule { return d.root.order }
+// Name is the domain's name.
+func (d *Domain) Name() string { return d.name }
 
-// Set is a whole compiled configuration. It is immutable and safe for concurrent
-// use; the daemon replaces it whole on reload.
+// File is the file the domain came from.
+func (d *Domain) File() string { return d.file }
+
+// Rules returns the top-level rules in config order.
+func (d *Domain) Rules() []*Rule { return slices.Clone(d.root.order) }
+
+// Set is a whole compiled configuration. It is immutable and safe for
+// concurrent use; the daemon replaces it whole on reload.
 type Set struct {
-	Domains map[string]*Domain
-	// Rules lists every descriptor, depth-first in file order, files sorted.
-	Rules []*Rule
-	// Files are the files the set was loaded from.
-	Files []string
+	domains map[string]*Domain
+	rules   []*Rule  // every descriptor, depth-first in file order, files sorted
+	files   []string // the files the set was compiled from
 
 	hasReplaces bool
 }
+
+// Empty is a set with no rules: every request is OK with no limit.
+func Empty() *Set { return &Set{domains: map[string]*Domain{}} }
+
+// Domain returns the named domain, or nil.
+func (s *Set) Domain(name string) *Domain { return s.domains[name] }
+
+// Domains returns every domain, sorted by name.
+func (s *Set) Domains() []*Domain {
+	out := make([]*Domain, 0, len(s.domains))
+	for _, n := range slices.Sorted(maps.Keys(s.domains)) {
+		out = append(out, s.domains[n])
+	}
+	return out
+}
+
+// Rules returns every rule, depth-first in file order, files sorted; a rule's
+// index is its ID.
+func (s *Set) Rules() []*Rule { return slices.Clone(s.rules) }
+
+// Rule returns the rule with the given ID, or nil.
+func (s *Set) Rule(id int) *Rule {
+	if id < 0 || id >= len(s.rules) {
+		return nil
+	}
+	return s.rules[id]
+}
+
+// Len is the number of rules.
+func (s *Set) Len() int { return len(s.rules) }
+
+// Files returns the files the set was compiled from.
+func (s *Set) Files() []string { return slices.Clone(s.files) }
 
 // Pos is a position in a config file.
 type Pos struct {

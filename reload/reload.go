@@ -19,6 +19,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 // Watcher reloads Dir on change. Its exported fields are set before Run and not
@@ -38,6 +39,8 @@ type Watcher struct {
 	Error func(error)
 
 	last [32]byte // fingerprint of the contents last loaded or attempted
+
+	newWatcher func() (*fsnotify.Watcher, error) // nil means fsnotify.NewWatcher
 }
 
 // Load loads Dir once, applying it on success. It is what Run does on a change,
@@ -47,7 +50,7 @@ func (w *Watcher) Load() error { return w.load(fingerprint(w.Dir)) }
 // load loads Dir, whose contents fingerprint to fp.
 func (w *Watcher) load(fp [32]byte) error {
 	w.last = fp
-	set, err := descriptors.LoadPaths(w.Dir)
+	set, err := source.Load(w.Dir)
 	if err != nil {
 		if w.Error != nil {
 			w.Error(err)
@@ -60,7 +63,11 @@ func (w *Watcher) load(fp [32]byte) error {
 
 // Run watches until ctx ends, then returns nil.
 func (w *Watcher) Run(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
+	newWatcher := w.newWatcher
+	if newWatcher == nil {
+		newWatcher = fsnotify.NewWatcher
+	}
+	fw, err := newWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", w.Dir, err)
 	}
@@ -129,7 +136,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // that stopped it from reading them.
 func fingerprint(dir string) [32]byte {
 	h := sha256.New()
-	files, err := descriptors.ListDir(dir)
+	files, err := source.ListDir(dir)
 	if err != nil {
 		fmt.Fprintf(h, "error %v", errors.Unwrap(err))
 		return [32]byte(h.Sum(nil))

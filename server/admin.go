@@ -161,16 +161,18 @@ func (a *Admin) Snapshot() Config {
 	w := a.engine.Weight().W
 	c := Config{Membership: a.view(), Reload: a.reload(), Buckets: a.engine.Store().Live(),
 		MaxBuckets: a.engine.Store().Max(), Overflowed: a.engine.Store().Overflowed()}
-	for _, r := range a.engine.Set().Rules {
-		if r.Limit == nil {
+	for _, r := range a.engine.Set().Rules() {
+		lim := r.Limit()
+		if lim == nil {
 			continue
 		}
-		info := RuleInfo{Domain: r.Domain, Rule: r.Path, Position: r.Pos.String(), Limit: r.Limit.String(),
-			Unlimited: r.Limit.Unlimited, PerValue: r.PerValue(), ShadowMode: r.ShadowMode, Name: r.Limit.Name}
-		if !r.Limit.Unlimited {
-			info.ClusterRate, info.ClusterBurst = r.Limit.Params.Rate, r.Limit.Burst
-			info.LocalRate, info.LocalBurst = r.Limit.Params.Local(w)
-			info.BelowOneToken = !r.Limit.Params.Blocked() && r.Limit.Params.Size*w < 1
+		info := RuleInfo{Domain: r.Domain(), Rule: r.Path(), Position: r.Pos().String(), Limit: lim.String(),
+			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name()}
+		if !lim.Unlimited() {
+			p := lim.Params()
+			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
+			info.LocalRate, info.LocalBurst = p.Local(w)
+			info.BelowOneToken = !p.Blocked() && p.Size*w < 1
 		}
 		c.Rules = append(c.Rules, info)
 	}

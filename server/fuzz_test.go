@@ -17,12 +17,14 @@ import (
 
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/monotime"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 func directService(t testing.TB) *Service { return directServiceFrom(t, "testdata/rules.yaml") }
 
 func directServiceFrom(t testing.TB, rules string) *Service {
-	set, err := descriptors.LoadPaths(rules)
+	set, err := source.Load(rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func directServiceFrom(t testing.TB, rules string) *Service {
 	engine := descriptors.NewEngine(set, 0.5, store)
 	m := NewMetrics(store.Live, store.Overflowed, store.Max(), func() float64 { return 0 })
 	m.Bind(set)
-	return NewService(engine, descriptors.Clock(), m, Options{ResponseHeaders: true, HeaderLimit: "a", HeaderRemaining: "b", HeaderReset: "c"},
+	return NewService(engine, monotime.New(), m, Options{ResponseHeaders: true, HeaderLimit: "a", HeaderRemaining: "b", HeaderReset: "c"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 

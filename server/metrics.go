@@ -140,7 +140,7 @@ func codeIndex(st *descriptors.Status) int {
 	return 0
 }
 
-func detailed(r *descriptors.Rule) bool { return r.DetailedMetric || r.ValueToMetric }
+func detailed(r *descriptors.Rule) bool { return r.DetailedMetric() || r.ValueToMetric() }
 
 // ruleKey names a rule's series.
 type ruleKey struct{ domain, path string }
@@ -188,28 +188,30 @@ func (m *Metrics) Bind(set *descriptors.Set) {
 		v.(*boundRules).refs++
 		return
 	}
-	b := &boundRules{set: set, refs: 1, rules: make([]boundRule, len(set.Rules)), override: make(map[string]*ruleSeries, len(set.Domains))}
-	for i, r := range set.Rules {
-		if r.Limit == nil {
+	domains := set.Domains()
+	b := &boundRules{set: set, refs: 1, rules: make([]boundRule, set.Len()), override: make(map[string]*ruleSeries, len(domains))}
+	for i, r := range set.Rules() {
+		if r.Limit() == nil {
 			continue // a level that only leads deeper decides nothing
 		}
-		key := ruleKey{r.Domain, r.Path}
+		key := ruleKey{r.Domain(), r.Path()}
 		s := m.rules[key]
 		if s == nil {
-			s = m.newSeries(r.Domain, r.Path)
+			s = m.newSeries(r.Domain(), r.Path())
 			m.rules[key] = s
 		}
 		s.refs++
 		b.rules[i].series = s
 		if detailed(r) {
 			if s.detailedRefs == 0 {
-				s.detailed = newDetailedValues(m.detailed, r.Domain, r.Path)
+				s.detailed = newDetailedValues(m.detailed, r.Domain(), r.Path())
 			}
 			s.detailedRefs++
 			b.rules[i].detailed = s.detailed
 		}
 	}
-	for d := range set.Domains {
+	for _, dom := range domains {
+		d := dom.Name()
 		s := m.overrides[d]
 		if s == nil {
 			s = m.newSeries(d, overrideRule)
@@ -341,8 +343,8 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 		return boundRule{}
 	case st.Override || st.Rule == nil:
 		return boundRule{series: b.override[domain]}
-	case st.Rule.ID >= 0 && st.Rule.ID < len(b.rules) && b.set.Rules[st.Rule.ID] == st.Rule:
-		return b.rules[st.Rule.ID]
+	case st.Rule.ID() < len(b.rules) && b.set.Rule(st.Rule.ID()) == st.Rule:
+		return b.rules[st.Rule.ID()]
 	}
 	return boundRule{}
 }
@@ -355,7 +357,7 @@ func (m *Metrics) unbound(st *descriptors.Status, domain string) boundRule {
 	if st.Override || st.Rule == nil {
 		return boundRule{series: m.overrides[domain]}
 	}
-	s := m.rules[ruleKey{st.Rule.Domain, st.Rule.Path}]
+	s := m.rules[ruleKey{st.Rule.Domain(), st.Rule.Path()}]
 	if s == nil {
 		return boundRule{}
 	}
@@ -473,7 +475,7 @@ func (m *Metrics) recordOverLimit(domain string, st *descriptors.Status, d *comm
 	}
 	rule := overrideRule
 	if st.Rule != nil {
-		rule = st.Rule.Path
+		rule = st.Rule.Path()
 	}
 	m.overLimit.record(domain, rule, entriesText(d))
 }

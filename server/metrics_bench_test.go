@@ -29,7 +29,7 @@ descriptors:
 	for i := range descs {
 		descs[i] = desc("api_key", fmt.Sprintf("key-%08x", uint32(i)*2654435761))
 	}
-	sts := []descriptors.Status{{Rule: r, Limit: r.Limit, Code: descriptors.OK}}
+	sts := []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: descriptors.OK}}
 	for _, d := range descs {
 		m.count(set, "api", d, sts)
 	}

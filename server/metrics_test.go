@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 // The families a rule owns; everything else in the registry is left alone.
@@ -85,7 +86,7 @@ func loadSet(t testing.TB, files map[string]string) *descriptors.Set {
 			t.Fatal(err)
 		}
 	}
-	set, err := descriptors.LoadPaths(dir)
+	set, err := source.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +104,8 @@ func parseSet(t testing.TB, yml string) *descriptors.Set {
 
 func rule(t testing.TB, set *descriptors.Set, path string) *descriptors.Rule {
 	t.Helper()
-	for _, r := range set.Rules {
-		if r.Path == path {
+	for _, r := range set.Rules() {
+		if r.Path() == path {
 			return r
 		}
 	}
@@ -118,11 +119,11 @@ func desc(key, value string) []*commonv3.RateLimitDescriptor {
 
 // countRule counts one decision of r, as the service would after Decide.
 func countRule(m *Metrics, set *descriptors.Set, r *descriptors.Rule, value string, code rlsv3.RateLimitResponse_Code, shadowed bool) {
-	m.count(set, r.Domain, desc(r.Key, value), []descriptors.Status{{Rule: r, Limit: r.Limit, Code: code, Shadowed: shadowed}})
+	m.count(set, r.Domain(), desc(r.Key(), value), []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: code, Shadowed: shadowed}})
 }
 
 func countOverride(m *Metrics, set *descriptors.Set, domain string) {
-	lim := &descriptors.Limit{RequestsPerUnit: 1, Unit: descriptors.Second}
+	lim := new(descriptors.Limit) // counting reads only that there is a limit
 	m.count(set, domain, desc("any", "x"), []descriptors.Status{{Limit: lim, Override: true, Code: descriptors.OK}})
 }
 
@@ -317,11 +318,11 @@ descriptors:
 					code = descriptors.OverLimit
 				}
 				value := fmt.Sprintf("user-%d", (w*7919+i)%(2*maxDetailedValues))
-				k, y := set.Rules[0], set.Rules[1]
+				k, y := set.Rule(0), set.Rule(1)
 				// One request with both descriptors, as Envoy would send them.
-				m.count(set, "d", append(desc(k.Key, value), desc(y.Key, value)...), []descriptors.Status{
-					{Rule: k, Limit: k.Limit, Code: code},
-					{Rule: y, Limit: y.Limit, Code: descriptors.OK, Shadowed: code == descriptors.OverLimit},
+				m.count(set, "d", append(desc(k.Key(), value), desc(y.Key(), value)...), []descriptors.Status{
+					{Rule: k, Limit: k.Limit(), Code: code},
+					{Rule: y, Limit: y.Limit(), Code: descriptors.OK, Shadowed: code == descriptors.OverLimit},
 				})
 				counts[w]++
 			}
@@ -382,7 +383,7 @@ descriptors:
 	gone := rule(t, old, "d.gone")
 	countRule(m, old, gone, "seen", descriptors.OK, false)
 	v, _ := m.bound.Load(old)
-	stale := v.(*boundRules).lookup(&descriptors.Status{Rule: gone, Limit: gone.Limit}, "d")
+	stale := v.(*boundRules).lookup(&descriptors.Status{Rule: gone, Limit: gone.Limit()}, "d")
 	if stale.detailed == nil {
 		t.Fatal("fixture: the rule has no detailed values")
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,7 +42,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts Options, weight float64) *fixture {
 	t.Helper()
-	set, err := descriptors.LoadPaths("testdata/rules.yaml")
+	set, err := source.Load("testdata/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

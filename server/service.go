@@ -150,10 +150,10 @@ func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duratio
 		return
 	}
 	out.LimitRemaining = st.Remaining
-	if st.Limit.Unlimited {
+	if st.Limit.Unlimited() {
 		return // as upstream: OK, remaining MaxUint32, no current_limit
 	}
-	out.CurrentLimit = st.Limit.Proto
+	out.CurrentLimit = st.Limit.Proto()
 	dur.Seconds = int64(st.Reset / time.Second)
 	dur.Nanos = int32(st.Reset % time.Second)
 	out.DurationUntilReset = dur
@@ -164,7 +164,7 @@ func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duratio
 func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
 	best := -1
 	for i := range sts {
-		if sts[i].Limit == nil || sts[i].Limit.Unlimited {
+		if sts[i].Limit == nil || sts[i].Limit.Unlimited() {
 			continue
 		}
 		if best < 0 || closer(&sts[i], &sts[best]) {
@@ -177,7 +177,7 @@ func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
 	st := &sts[best]
 	reset := int64(math.Ceil(st.Reset.Seconds()))
 	return []*corev3.HeaderValue{
-		{Key: s.opts.HeaderLimit, Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
+		{Key: s.opts.HeaderLimit, Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit()), 10)},
 		{Key: s.opts.HeaderRemaining, Value: strconv.FormatUint(uint64(st.Remaining), 10)},
 		{Key: s.opts.HeaderReset, Value: strconv.FormatInt(reset, 10)},
 	}

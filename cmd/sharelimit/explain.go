@@ -9,6 +9,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 // explain prints how one descriptor would be matched and limited, level by level.
@@ -50,7 +51,7 @@ func explain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	set, err := descriptors.LoadPaths(*dir)
+	set, err := source.Load(*dir)
 	if err != nil {
 		printErrors(stderr, err)
 		return 1

@@ -20,6 +20,7 @@ import (
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/reload"
 	"github.com/sharelimit/sharelimit/server"
@@ -58,7 +59,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 }
 
 func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
-	clock := descriptors.Clock()
+	clock := monotime.New()
 	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr} {
 		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
 			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "addr", a)
@@ -106,18 +107,18 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 			now := time.Now()
 			reloadMu.Lock()
 			status.Generation++
-			status.LoadedAt, status.LastAttempt, status.LastError, status.Files = now, now, "", set.Files
+			status.LoadedAt, status.LastAttempt, status.LastError, status.Files = now, now, "", set.Files()
 			gen := status.Generation
 			reloadMu.Unlock()
 			metrics.Reloads.WithLabelValues("success").Inc()
 			metrics.ReloadLast.Set(float64(now.UnixNano()) / 1e9)
 			metrics.Generation.Set(float64(gen))
-			metrics.Rules.Set(float64(len(set.Rules)))
-			log.Info("config loaded", "dir", cfg.ConfigDir, "generation", gen, "files", len(set.Files), "domains", len(set.Domains), "descriptors", len(set.Rules))
-			if len(set.Files) == 0 {
+			metrics.Rules.Set(float64(set.Len()))
+			log.Info("config loaded", "dir", cfg.ConfigDir, "generation", gen, "files", len(set.Files()), "domains", len(set.Domains()), "descriptors", set.Len())
+			if len(set.Files()) == 0 {
 				log.Warn("config dir has no *.yaml or *.yml files: every request is OK", "dir", cfg.ConfigDir)
 			}
-			for _, w := range Warnings(set, max(1, int(1/engine.Weight().W+0.5))) {
+			for _, w := range set.Warnings(max(1, int(1/engine.Weight().W+0.5))) {
 				log.Warn(w)
 			}
 		},

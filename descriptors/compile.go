@@ -1,0 +1,63 @@
+package descriptors
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// assemble joins parsed domains into a Set: it refuses a domain defined twice,
+// numbers the rules, and gives each the identity its buckets are keyed by.
+func assemble(domains []*Domain, files []string) (*Set, error) {
+	s := &Set{domains: map[string]*Domain{}, files: files}
+	var errs []error
+	for _, d := range domains {
+		if prev, dup := s.domains[d.name]; dup {
+			errs = append(errs, &Error{Pos: Pos{d.file, 1, 1}, Path: "domain",
+				Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", d.name, prev.file)})
+			continue
+		}
+		s.domains[d.name] = d
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	names := make([]string, 0, len(s.domains))
+	for n := range s.domains {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return s.domains[names[i]].file+"\x00"+names[i] < s.domains[names[j]].file+"\x00"+names[j]
+	})
+	for _, n := range names {
+		s.number(&s.domains[n].root)
+	}
+	return s, nil
+}
+
+// number appends the rules of l and below to s.rules, depth-first.
+func (s *Set) number(l *level) {
+	for _, r := range l.order {
+		r.id = len(s.rules)
+		r.identity = r.path + "\x00" + varyingSig(r)
+		if r.limit != nil {
+			r.identity += "\x00" + r.limit.identity()
+			if len(r.limit.replaces) > 0 {
+				s.hasReplaces = true
+			}
+		}
+		s.rules = append(s.rules, r)
+		s.number(&r.children)
+	}
+}
+
+func varyingSig(r *Rule) string {
+	b := make([]byte, len(r.varying))
+	for i, v := range r.varying {
+		b[i] = '0'
+		if v {
+			b[i] = '1'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,214 @@
+package descriptors
+
+import (
+	"math"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+// Status is the decision for one request descriptor.
+type Status struct {
+	Code Code
+	// Rule is the rule that matched, nil for an override or no match.
+	Rule *Rule
+	// Limit is the limit applied; nil means no limit (no current_limit).
+	Limit *Limit
+	// Remaining estimates the tokens left cluster-wide: local tokens ÷ weight,
+	// floored and capped at the burst.
+	Remaining uint32
+	// Reset is the time until the bucket is full (OK) or holds enough tokens for
+	// this request (OVER_LIMIT).
+	Reset time.Duration
+	// Wait is how long the answer must be held for a wait-policy reservation.
+	Wait time.Duration
+	// Shadowed: the rule is in shadow mode and the decision would have been
+	// OVER_LIMIT.
+	Shadowed bool
+	// Replaced: the limit was dropped because another matched limit replaces it.
+	Replaced bool
+	// Overflow: the store was at its cap and the rule's overflow bucket was used.
+	Overflow bool
+	// Override: the limit came from the request, not the config.
+	Override bool
+
+	drawn float64 // the tokens the request asked for, to give back a reservation
+}
+
+// installed is a Set with the per-rule hashes the store keys start from.
+
+// Decision is the answer to one request.
+type Decision struct {
+	// Statuses has one status per request descriptor, in order.
+	Statuses []Status
+	// Code is OVER_LIMIT if any non-shadow descriptor is over its limit, and OK
+	// otherwise; never UNKNOWN.
+	Code Code
+	// Set is the set the request was decided with. A reload may install another
+	// the moment Decide returns; whatever reads the statuses' rules (metrics,
+	// by rule ID) must read them against this set, never the current one.
+	Set *Set
+}
+
+// Decide answers one request. hits is the request's hits_addend; now is on the
+// engine's clock. out is reused when large enough, so a caller that keeps it
+// decides without allocating. Bad input returns a *RequestError and changes no
+// bucket.
+func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64, out []Status) (Decision, error) {
+	in := e.cur.Load()
+	if err := Validate(domain, descs); err != nil {
+		return Decision{Statuses: out[:0], Code: OK, Set: in.set}, err
+	}
+	if cap(out) < len(descs) {
+		out = make([]Status, len(descs))
+	}
+	out = out[:len(descs)]
+	dom := in.set.domains[domain]
+	for i, d := range descs {
+		st := &out[i]
+		*st = Status{Code: OK}
+		if dom == nil {
+			continue // unknown domain: OK, no limit, as upstream
+		}
+		if d.Limit != nil {
+			st.Limit, st.Override = e.override(d.Limit), true
+			continue
+		}
+		if r := match(&dom.root, d.Entries, nil); r != nil {
+			st.Rule, st.Limit = r, r.limit
+		}
+	}
+	if in.set.hasReplaces {
+		markReplaced(out)
+	}
+	wt := e.weight.Load()
+	overall := OK
+	for i, d := range descs {
+		st := &out[i]
+		lim := st.Limit
+		if lim == nil || st.Replaced {
+			continue
+		}
+		if lim.unlimited {
+			st.Remaining = math.MaxUint32
+			continue
+		}
+		op, n := bucket.Draw, float64(max(hits, 1))
+		if d.HitsAddend != nil {
+			n = float64(d.HitsAddend.Value)
+			if n == 0 {
+				op = bucket.Check
+			}
+		}
+		if d.IsNegativeHits {
+			op = bucket.GiveBack
+		}
+		var req bucket.Request
+		if st.Override {
+			req.Key, req.OverflowKey = e.overrideKeys(domain, d)
+		} else {
+			req.Key = e.ruleKey(in, st.Rule, d.Entries)
+			req.OverflowKey = in.overflow[st.Rule.id]
+		}
+		req.Params, req.Op, req.N = &lim.params, op, n
+		st.drawn = n
+		res, ovf := e.store.Do(req, wt, now)
+		st.Overflow = ovf
+		st.Reset, st.Wait = res.Reset, res.Wait
+		if lim.params.Blocked() {
+			st.Reset = lim.Window()
+		}
+		if res.OK {
+			st.Remaining = remaining(res.Tokens, wt.W, lim.burst)
+		} else if st.Rule != nil && st.Rule.shadowMode {
+			st.Shadowed = true
+		} else {
+			// As upstream: an OVER_LIMIT descriptor has nothing left, whatever
+			// fraction of a token the local bucket holds.
+			st.Code = OverLimit
+			overall = OverLimit
+		}
+	}
+	if overall == OverLimit {
+		e.cancelWaits(in, domain, descs, out, wt, now)
+	}
+	return Decision{Statuses: out, Code: overall, Set: in.set}, nil
+}
+
+// cancelWaits gives back the tokens that wait-policy descriptors reserved in a
+// request answered OVER_LIMIT anyway: holding that answer would only delay a
+// refusal, and the reservation would spend tokens on a request that never
+// passes.
+func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, out []Status, wt *bucket.Weight, now int64) {
+	for i := range out {
+		st := &out[i]
+		if st.Wait == 0 {
+			continue
+		}
+		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: st.drawn}
+		switch {
+		case st.Override:
+			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
+		default:
+			req.Key, req.OverflowKey = e.ruleKey(in, st.Rule, descs[i].Entries), in.overflow[st.Rule.id]
+		}
+		if st.Overflow {
+			req.Key = req.OverflowKey
+		}
+		res, _ := e.store.Do(req, wt, now)
+		st.Wait, st.Reset = 0, res.Reset
+		st.Remaining = remaining(res.Tokens, wt.W, st.Limit.burst)
+	}
+}
+
+// markReplaced drops, within one request, every limit named in another matched
+// limit's replaces.
+func markReplaced(out []Status) {
+	replacements(len(out), func(i int) *Limit { return out[i].Limit }, func(_, dropped int, _ string) {
+		out[dropped].Replaced = true
+	})
+	for i := range out {
+		if out[i].Replaced {
+			out[i].Limit = nil
+		}
+	}
+}
+
+// replacements calls drop for every pair of a request's n limits where the
+// limit at by names the limit at dropped in its replaces. limit(i) is nil for a
+// descriptor without a limit. Decide and Explain share it, so what explain
+// reports is what a decision does.
+func replacements(n int, limit func(int) *Limit, drop func(by, dropped int, name string)) {
+	for i := 0; i < n; i++ {
+		li := limit(i)
+		if li == nil || len(li.replaces) == 0 {
+			continue
+		}
+		for j := 0; j < n; j++ {
+			lj := limit(j)
+			if j == i || lj == nil || lj.name == "" {
+				continue
+			}
+			for _, name := range li.replaces {
+				if name == lj.name {
+					drop(i, j, name)
+				}
+			}
+		}
+	}
+}
+
+func remaining(tokens, w float64, burst uint64) uint32 {
+	if tokens <= 0 || w <= 0 {
+		return 0
+	}
+	r := math.Floor(tokens/w + 1e-9)
+	r = math.Min(r, float64(burst))
+	return uint32(math.Min(r, math.MaxUint32))
+}
+
+// ruleKey is the bucket of rule r for these entries: the rule's identity plus
+// the value at every depth that picks a bucket (key-only and wildcard levels,
+// except wildcards with share_threshold, whose matches share one bucket).

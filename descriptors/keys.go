@@ -1,0 +1,80 @@
+package descriptors
+
+import (
+	"hash/maphash"
+	"math/bits"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+type overrideSpec struct {
+	rpu  uint32
+	unit Unit
+	mult uint32
+}
+
+// maxInterned bounds the distinct override limits kept for reuse; past it an
+// override's Limit is built per new bucket, which costs an allocation, not state.
+const maxInterned = 1024
+
+// except wildcards with share_threshold, whose matches share one bucket).
+func (e *Engine) ruleKey(in *installed, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+	k := in.ids[r.id]
+	for i, v := range r.varying {
+		if v {
+			k = mix(k, maphash.String(e.seed, entries[i].Value))
+		}
+	}
+	return k
+}
+
+// overrideKeys are the bucket of a request's own limit, keyed by the domain, the
+// limit and the entries, and the overflow bucket it shares past the cap with
+// every other request of the same domain and limit. The entries are the
+// client's to choose; the overflow key must not depend on them, or a flood of
+// distinct values would open a bucket each.
+func (e *Engine) overrideKeys(domain string, d *commonv3.RateLimitDescriptor) (key, overflow uint64) {
+	k := mix(maphash.String(e.seed, domain), 0x6f76657272696465) // "override"
+	o := d.Limit
+	k = mix(k, uint64(o.RequestsPerUnit)<<32|uint64(o.Unit))
+	k = mix(k, uint64(max(o.GetUnitMultiplier().GetValue(), 1)))
+	overflow = mix(k, 0x6f766572666c6f77) // "overflow"
+	for _, en := range d.Entries {
+		k = mix(k, maphash.String(e.seed, en.Key))
+		k = mix(k, maphash.String(e.seed, en.Value))
+	}
+	return k, overflow
+}
+
+// mix combines two 64-bit hashes (a 128-bit multiply folded, as in wyhash).
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a^0xa0761d6478bd642f, b^0xe7037ed1a0b428db)
+	return hi ^ lo
+}
+
+// override returns the Limit for a request's own limit, interned so repeated
+// overrides share one Limit (and one current_limit message).
+func (e *Engine) override(o *commonv3.RateLimitDescriptor_RateLimitOverride) *Limit {
+	spec := overrideSpec{rpu: o.RequestsPerUnit, unit: Unit(o.Unit), mult: max(o.GetUnitMultiplier().GetValue(), 1)}
+	if l := (*e.overrides.Load())[spec]; l != nil {
+		return l
+	}
+	l := &Limit{requestsPerUnit: spec.rpu, unit: spec.unit, unitMultiplier: spec.mult}
+	l.finish()
+	e.ovMu.Lock()
+	defer e.ovMu.Unlock()
+	cur := *e.overrides.Load()
+	if x := cur[spec]; x != nil {
+		return x
+	}
+	if len(cur) >= maxInterned {
+		return l
+	}
+	next := make(map[overrideSpec]*Limit, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[spec] = l
+	e.overrides.Store(&next)
+	return l
+}
