@@ -1,0 +1,86 @@
+package consultest
+
+import "github.com/hashicorp/consul/api"
+
+// RegisterInstance registers service instance serviceID of serviceName on
+// node, with one check whose status is passing or critical. An instance on the
+// agent's own node goes through the agent API with a TTL check (the agent's
+// anti-entropy would delete a catalog-only registration there); any other node
+// is an external node registered in the catalog.
+func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bool) {
+	a.t.Helper()
+	var err error
+	if node == a.node {
+		err = a.client.Agent().ServiceRegister(&api.AgentServiceRegistration{
+			ID:   serviceID,
+			Name: serviceName,
+			Check: &api.AgentServiceCheck{
+				CheckID: checkID(serviceID),
+				TTL:     "24h",
+				Status:  status(passing),
+			},
+		})
+	} else {
+		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
+			Node:    node,
+			Address: "127.0.0.1",
+			Service: &api.AgentService{ID: serviceID, Service: serviceName},
+			Check:   catalogCheck(node, serviceID, passing),
+		}, nil)
+	}
+	if err != nil {
+		a.t.Fatalf("consultest: register %s/%s: %v", node, serviceID, err)
+	}
+}
+
+// SetCheck sets the status of the check RegisterInstance gave serviceID.
+func (a *Agent) SetCheck(node, serviceID string, passing bool) {
+	a.t.Helper()
+	var err error
+	if node == a.node {
+		err = a.client.Agent().UpdateTTL(checkID(serviceID), "", status(passing))
+	} else {
+		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
+			Node:    node,
+			Address: "127.0.0.1",
+			Check:   catalogCheck(node, serviceID, passing),
+		}, nil)
+	}
+	if err != nil {
+		a.t.Fatalf("consultest: set check of %s/%s: %v", node, serviceID, err)
+	}
+}
+
+// Deregister removes serviceID and its check from node.
+func (a *Agent) Deregister(node, serviceID string) {
+	a.t.Helper()
+	var err error
+	if node == a.node {
+		err = a.client.Agent().ServiceDeregister(serviceID)
+	} else {
+		_, err = a.client.Catalog().Deregister(&api.CatalogDeregistration{Node: node, ServiceID: serviceID}, nil)
+	}
+	if err != nil {
+		a.t.Fatalf("consultest: deregister %s/%s: %v", node, serviceID, err)
+	}
+}
+
+// catalogCheck is the service check of an instance on an external node.
+func catalogCheck(node, serviceID string, passing bool) *api.AgentCheck {
+	return &api.AgentCheck{
+		Node:      node,
+		CheckID:   checkID(serviceID),
+		Name:      "consultest " + serviceID,
+		Status:    status(passing),
+		ServiceID: serviceID,
+	}
+}
+
+func checkID(serviceID string) string { return "service:" + serviceID }
+
+func status(passing bool) string {
+	if passing {
+		return api.HealthPassing
+	}
+	return api.HealthCritical
+}
