@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -23,14 +24,16 @@ import (
 )
 
 // Watcher reloads Dir on change. Its exported fields are set before Run and not
-// changed after. It starts no goroutine until Run.
+// changed after. It starts no goroutine until Run. Only Polling may be called
+// while Run runs.
 type Watcher struct {
 	Dir string
 	// Debounce is how long the directory must be quiet before a reload.
 	Debounce time.Duration
 	// Poll is a safety net for changes fsnotify cannot see (an edit to a symlink
 	// target outside Dir, a directory recreated under us): every Poll the
-	// contents are fingerprinted and a change triggers a reload. 0 disables it.
+	// contents are fingerprinted and a change triggers a reload. 0 disables it
+	// while fsnotify works; without fsnotify, 0 means DefaultPoll.
 	Poll time.Duration
 	Log  *slog.Logger
 	// Apply installs a valid set. Error reports a set that failed to load; the
@@ -38,10 +41,22 @@ type Watcher struct {
 	Apply func(*descriptors.Set)
 	Error func(error)
 
-	last [32]byte // fingerprint of the contents last loaded or attempted
+	last    [32]byte // fingerprint of the contents last loaded or attempted
+	polling atomic.Bool
 
-	newWatcher func() (*fsnotify.Watcher, error) // nil means fsnotify.NewWatcher
+	newWatcher func() (*fsnotify.Watcher, error) // nil means fsnotify.NewWatcher; tests fail it
 }
+
+// DefaultPoll is how often Run looks at Dir when fsnotify is unavailable and
+// Poll is 0: without events, polling is the only way to see a change.
+const DefaultPoll = 10 * time.Second
+
+// Polling reports whether Run sees changes by polling alone, because fsnotify
+// could not start or could not watch Dir (on Linux, usually because
+// fs.inotify.max_user_instances or max_user_watches is exhausted). A change
+// then takes up to a poll interval, plus the debounce, to apply. Safe for
+// concurrent use.
+func (w *Watcher) Polling() bool { return w.polling.Load() }
 
 // Load loads Dir once, applying it on success. It is what Run does on a change,
 // and what the daemon calls at start-up.
@@ -61,29 +76,58 @@ func (w *Watcher) load(fp [32]byte) error {
 	return nil
 }
 
-// Run watches until ctx ends, then returns nil.
+// Run watches until ctx ends, then returns nil. When fsnotify cannot start or
+// cannot watch Dir, Run does not fail: it polls, warns once, reports it through
+// Polling, and tries fsnotify again on every poll.
 func (w *Watcher) Run(ctx context.Context) error {
 	newWatcher := w.newWatcher
 	if newWatcher == nil {
 		newWatcher = fsnotify.NewWatcher
 	}
-	fw, err := newWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", w.Dir, err)
+	var fw *fsnotify.Watcher
+	defer func() {
+		if fw != nil {
+			fw.Close()
+		}
+	}()
+	var events <-chan fsnotify.Event // nil, and so never ready, without fsnotify
+	var errs <-chan error
+	// watch starts fsnotify if it is not running yet and adds Dir. Either step
+	// can fail for a while: a node short of inotify instances may free some, and
+	// a missing Dir may appear.
+	watch := func() error {
+		if fw == nil {
+			f, err := newWatcher()
+			if err != nil {
+				return fmt.Errorf("start fsnotify: %w", err)
+			}
+			fw, events, errs = f, f.Events, f.Errors
+		}
+		return fw.Add(w.Dir)
 	}
-	defer fw.Close()
-	watching := fw.Add(w.Dir) == nil
-	if !watching {
-		w.Log.Warn("cannot watch config dir; polling only", "dir", w.Dir, "poll", w.Poll)
+	rewatch := func() {
+		if w.polling.Load() && watch() == nil {
+			w.polling.Store(false)
+			w.Log.Info("watching config dir for changes again", "dir", w.Dir)
+		}
+	}
+
+	poll := w.Poll
+	if err := watch(); err != nil {
+		if poll <= 0 {
+			poll = DefaultPoll
+		}
+		w.polling.Store(true)
+		w.Log.Warn("cannot watch config dir; polling only", "dir", w.Dir, "poll", poll, "err", err)
+	}
+	var tick <-chan time.Time
+	if poll > 0 {
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		tick = t.C
 	}
 	var debounce <-chan time.Time
 	var timer *time.Timer
-	var poll <-chan time.Time
-	if w.Poll > 0 {
-		t := time.NewTicker(w.Poll)
-		defer t.Stop()
-		poll = t.C
-	}
 	trigger := func() {
 		if timer == nil {
 			timer = time.NewTimer(w.Debounce)
@@ -99,23 +143,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 				timer.Stop()
 			}
 			return nil
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-events:
 			if !ok {
 				return nil
 			}
 			w.Log.Debug("config dir event", "event", ev.String())
 			trigger()
-		case err, ok := <-fw.Errors:
+		case err, ok := <-errs:
 			if !ok {
 				return nil
 			}
 			w.Log.Warn("config dir watch error", "err", err)
 			trigger()
-		case <-poll:
-			if !watching {
-				watching = fw.Add(w.Dir) == nil
-			}
-			if fingerprint(w.Dir) != w.last {
+		case <-tick:
+			rewatch()
+			// A poll is not an event: it must not push back a reload already
+			// scheduled, or a Poll shorter than Debounce would postpone it for ever.
+			if debounce == nil && fingerprint(w.Dir) != w.last {
 				trigger()
 			}
 		case <-debounce:
@@ -124,9 +168,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if fp == w.last {
 				continue // events without a change in content (a touch, a chmod)
 			}
-			if !watching {
-				watching = fw.Add(w.Dir) == nil
-			}
+			rewatch()
 			w.load(fp)
 		}
 	}

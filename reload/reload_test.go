@@ -3,20 +3,23 @@ package reload
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/fsnotify/fsnotify"
 	"go.uber.org/goleak"
 
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,7 +31,10 @@ func rules(rpu int) string {
 // harness runs a Watcher over dir, installing into a real engine.
 type harness struct {
 	t       *testing.T
+	w       *Watcher
 	engine  *descriptors.Engine
+	logs    testutil.Buffer
+	done    chan error // Run's result
 	mu      sync.Mutex
 	loads   int
 	fails   int
@@ -36,9 +42,20 @@ type harness struct {
 }
 
 func start(t *testing.T, dir string) *harness {
+	h := newHarness(t, dir)
+	if err := h.w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	return h
+}
+
+// newHarness builds the Watcher without loading or running it, for a test to
+// adjust first.
+func newHarness(t *testing.T, dir string) *harness {
 	h := &harness{t: t, engine: descriptors.NewEngine(nil, 1, bucket.NewStore(0))}
-	w := &Watcher{Dir: dir, Debounce: 50 * time.Millisecond, Poll: 200 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	h.w = &Watcher{Dir: dir, Debounce: 50 * time.Millisecond, Poll: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&h.logs, nil)),
 		Apply: func(s *descriptors.Set) {
 			h.engine.Swap(s)
 			h.mu.Lock()
@@ -51,19 +68,31 @@ func start(t *testing.T, dir string) *harness {
 			h.lastErr = err
 			h.mu.Unlock()
 		}}
-	if err := w.Load(); err != nil {
-		t.Fatal(err)
-	}
+	return h
+}
+
+// run starts Run; the test's cleanup stops it and checks it returned nil.
+func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
+	h.done = make(chan error, 1)
+	go func() { h.done <- h.w.Run(ctx) }()
+	h.t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
+		if err := <-h.done; err != nil {
+			h.t.Error(err)
 		}
 	})
-	return h
+}
+
+// running fails the test if Run has returned.
+func (h *harness) running() {
+	h.t.Helper()
+	select {
+	case err := <-h.done:
+		h.done <- err // for the cleanup
+		h.t.Fatalf("Run returned early: %v", err)
+	default:
+	}
 }
 
 func (h *harness) counts() (int, int) {
@@ -78,8 +107,10 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			l, f := h.counts()
-			h.t.Fatalf("timed out waiting for %s (loads %d, failures %d, last error %v)", what, l, f, h.lastErr)
+			h.mu.Lock()
+			l, f, err := h.loads, h.fails, h.lastErr
+			h.mu.Unlock()
+			h.t.Fatalf("timed out waiting for %s (loads %d, failures %d, last error %v)", what, l, f, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -90,7 +121,7 @@ func (h *harness) limit(key string) uint32 {
 	if r == nil {
 		return 0
 	}
-	return r.Limit.RequestsPerUnit
+	return r.Limit().RequestsPerUnit()
 }
 
 // drawn returns how many of n draws on key=v pass now.
@@ -151,9 +182,9 @@ func TestNewAndRemovedFiles(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), rules(1))
 	h := start(t, dir)
 	write(t, filepath.Join(dir, "b.yml"), "domain: other\ndescriptors: []\n")
-	h.waitFor("the new file", func() bool { return h.engine.Set().Domains["other"] != nil })
+	h.waitFor("the new file", func() bool { return h.engine.Set().Domain("other") != nil })
 	os.Remove(filepath.Join(dir, "b.yml"))
-	h.waitFor("the removal", func() bool { return h.engine.Set().Domains["other"] == nil })
+	h.waitFor("the removal", func() bool { return h.engine.Set().Domain("other") == nil })
 	// A dotfile (an editor's swap file) is not config.
 	write(t, filepath.Join(dir, ".a.yaml.swp"), "garbage: [")
 	time.Sleep(300 * time.Millisecond)
@@ -210,4 +241,75 @@ func TestDirectoryDeletedAndUnreadable(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "r.yaml"), rules(6))
 	h.waitFor("recovery", func() bool { return h.limit("k") == 6 })
+}
+
+// TestNoFsnotifyFallsBackToPolling is a node out of inotify instances
+// (fs.inotify.max_user_instances): fsnotify cannot start, and the daemon must
+// keep running and see changes by polling, not exit. When instances free up,
+// it watches again.
+func TestNoFsnotifyFallsBackToPolling(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, rules(5))
+	h := newHarness(t, dir)
+	h.w.Poll = 20 * time.Millisecond
+	var short atomic.Bool
+	short.Store(true)
+	h.w.newWatcher = func() (*fsnotify.Watcher, error) {
+		if short.Load() {
+			return nil, syscall.EMFILE
+		}
+		return fsnotify.NewWatcher()
+	}
+	if err := h.w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	write(t, f, rules(7))
+	h.waitFor("the edit, by polling", func() bool { return h.limit("k") == 7 })
+	h.running()
+	if !h.w.Polling() {
+		t.Fatal("Polling() is false without fsnotify")
+	}
+	// Every poll retries fsnotify; only the first failure is worth a warning.
+	if n := strings.Count(h.logs.String(), "polling only"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, h.logs.String())
+	}
+	short.Store(false)
+	h.waitFor("fsnotify to be back", func() bool { return !h.w.Polling() })
+	write(t, f, rules(8))
+	h.waitFor("the next edit", func() bool { return h.limit("k") == 8 })
+}
+
+// TestUnwatchableDirPolls is a config dir that does not exist yet when Run
+// starts: fw.Add fails, Run warns and polls, and picks the directory up once it
+// appears.
+func TestUnwatchableDirPolls(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not-yet")
+	h := newHarness(t, dir)
+	h.w.Poll = 20 * time.Millisecond
+	if err := h.w.Load(); err == nil {
+		t.Fatal("loading a missing directory succeeded")
+	}
+	h.run()
+	h.waitFor("the warning", func() bool { return strings.Contains(h.logs.String(), "polling only") })
+	if !h.w.Polling() {
+		t.Fatal("Polling() is false while Dir cannot be watched")
+	}
+	os.Mkdir(dir, 0o755)
+	write(t, filepath.Join(dir, "rules.yaml"), rules(3))
+	h.waitFor("the new directory, by polling", func() bool { return h.limit("k") == 3 })
+	h.waitFor("the directory to be watched", func() bool { return !h.w.Polling() })
+	h.running()
+}
+
+// TestPollZeroWithoutFsnotify: Poll 0 means "fsnotify is enough", which it is
+// not when it cannot start; Run still polls, at DefaultPoll.
+func TestPollZeroWithoutFsnotify(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	h.w.Poll = 0
+	h.w.newWatcher = func() (*fsnotify.Watcher, error) { return nil, syscall.EMFILE }
+	h.run()
+	h.waitFor("the warning", func() bool { return strings.Contains(h.logs.String(), "poll="+DefaultPoll.String()) })
+	h.running()
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -12,10 +13,12 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 )
 
 // HealthServices are the names the gRPC health service answers for: the whole
@@ -32,17 +35,106 @@ func NewHealth() *health.Server {
 }
 
 // NewGRPCServer builds the gRPC server: the rate-limit service, health and
-// reflection, on GRPCOptions, with TLS when tlsConfig is not nil.
-func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig *tls.Config) *grpc.Server {
+// reflection, on GRPCOptions, with TLS when tlsConfig is not nil. extra comes
+// last: a StreamCloser's ServerOption, for one.
+func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig *tls.Config, extra ...grpc.ServerOption) *grpc.Server {
 	opts := GRPCOptions()
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(opts, extra...)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, svc)
 	healthpb.RegisterHealthServer(gs, h)
 	reflection.Register(gs)
 	return gs
+}
+
+// StreamCloser ends the streams clients hold open indefinitely, so that a
+// graceful stop does not wait for them until its deadline. grpc-go's
+// GracefulStop waits for every RPC, and a health Watch (kubelet's or Envoy's
+// gRPC health checks) or a reflection stream (grpcurl) ends only when its
+// client hangs up; grpc-go has no way to end one service's streams. Unary
+// calls, the in-flight requests a graceful stop exists for, are untouched.
+//
+// Install it with ServerOption. After Close, every stream, open or opened
+// later, ends with Unavailable. Safe for concurrent use; the zero value is not
+// ready: use NewStreamCloser.
+type StreamCloser struct {
+	closing context.Context // ends on Close
+	close   context.CancelFunc
+}
+
+// NewStreamCloser returns an open StreamCloser.
+func NewStreamCloser() *StreamCloser {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &StreamCloser{closing: ctx, close: cancel}
+}
+
+// ServerOption installs c on a server.
+func (c *StreamCloser) ServerOption() grpc.ServerOption {
+	return grpc.ChainStreamInterceptor(c.intercept)
+}
+
+// Close ends every stream. It does not wait for their handlers to return:
+// GracefulStop does.
+func (c *StreamCloser) Close() { c.close() }
+
+var errStopping = status.Error(codes.Unavailable, "server is stopping")
+
+// intercept gives the handler a context that also ends on Close: a handler that
+// waits on its context, as health Watch does, returns. A handler blocked in
+// RecvMsg, as reflection is between requests, is freed by closableStream.
+func (c *StreamCloser) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if c.closing.Err() != nil {
+		return errStopping // AfterFunc below would cancel it, but not before the handler starts
+	}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	defer context.AfterFunc(c.closing, cancel)()
+	err := handler(srv, &closableStream{ServerStream: ss, ctx: ctx, interruptRecv: info.IsClientStream})
+	if err != nil && c.closing.Err() != nil && ss.Context().Err() == nil {
+		// We ended it, not the client: Unavailable says to come back (to another
+		// replica, or to this one restarted), as a GOAWAY does.
+		return errStopping
+	}
+	return err
+}
+
+// closableStream is a server stream whose Context ends on Close, and whose
+// RecvMsg, on client-streaming RPCs, returns then too.
+type closableStream struct {
+	grpc.ServerStream
+	ctx           context.Context
+	interruptRecv bool
+}
+
+func (s *closableStream) Context() context.Context { return s.ctx }
+
+// RecvMsg cannot cancel a receive in progress: grpc-go unblocks one only when
+// a message arrives or the stream itself ends, and the stream ends only after
+// the handler returns. So a receive runs on its own goroutine, and on Close the
+// handler is told the stream is over without waiting for it. That goroutine
+// ends, moments later, when grpc-go finishes the stream; it may still write to
+// m, which the handler, having had an error, does not read. A handler calling
+// RecvMsg again after an error gets the error again, so two receives never run
+// at once.
+func (s *closableStream) RecvMsg(m any) error {
+	if !s.interruptRecv {
+		// Not a client stream: a gRPC client sends the one request with the
+		// call, so this receive does not wait on the client.
+		return s.ServerStream.RecvMsg(m)
+	}
+	if s.ctx.Err() != nil {
+		return status.FromContextError(s.ctx.Err()).Err()
+	}
+	got := make(chan error, 1)
+	go func() { got <- s.ServerStream.RecvMsg(m) }()
+	select {
+	case err := <-got:
+		return err
+	case <-s.ctx.Done():
+		return status.FromContextError(s.ctx.Err()).Err()
+	}
 }
 
 // TLSConfig loads the server certificate and, when clientCA is set, requires

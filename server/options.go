@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -33,12 +34,20 @@ func GRPCOptions() []grpc.ServerOption {
 			Timeout: 20 * time.Second,
 		}),
 		// Reusing goroutines for streams removes a goroutine start per request,
-		// which the profiles show on the unary path.
-		grpc.NumStreamWorkers(2),
+		// which the profiles show on the unary path. Sized when the server is
+		// built; see streamWorkers.
+		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.ReadBufferSize(64 << 10),
 		grpc.WriteBufferSize(64 << 10),
 	}
 }
+
+// streamWorkers sizes grpc-go's stream worker pool. A worker per P is what
+// grpc-go suggests (it says NumCPU; GOMAXPROCS is the CPU this process may
+// use, cgroup quota included): fewer leave cores starting goroutines, more only
+// wait. When every worker is busy grpc-go starts a goroutine as if there were no
+// pool, so a pool that turns out too small costs speed, never requests.
+func streamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 1)) }
 
 // GC pacing. The daemon's live heap is small (a few MB) unless it holds many
 // buckets, while gRPC allocates on every request. At Go's default GOGC of 100

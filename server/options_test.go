@@ -1,6 +1,9 @@
 package server
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
 	cases := []struct {
@@ -17,6 +20,18 @@ func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
 	for _, tc := range cases {
 		if got := gcPercentFor(tc.live); got != tc.want {
 			t.Errorf("live %d MiB: GOGC %d, want %d", tc.live>>20, got, tc.want)
+		}
+	}
+}
+
+// TestStreamWorkersFollowGOMAXPROCS: the worker pool was once fixed at the core
+// count of the machine it was tuned on. Not parallel: it changes GOMAXPROCS.
+func TestStreamWorkersFollowGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, n := range []int{1, 3, 16} {
+		runtime.GOMAXPROCS(n)
+		if got := streamWorkers(); got != uint32(n) {
+			t.Errorf("GOMAXPROCS %d: %d stream workers, want %d", n, got, n)
 		}
 	}
 }

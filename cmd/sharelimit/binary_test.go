@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +17,11 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
@@ -33,46 +37,99 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// TestBinaryServesAndDrains builds the real binary, runs it on the example
-// config, answers a request over gRPC, and stops it with SIGTERM: health turns
-// NOT_SERVING during the drain, in-flight service continues, and it exits 0.
-func TestBinaryServesAndDrains(t *testing.T) {
+// daemon is the real binary running serve.
+type daemon struct {
+	t                  *testing.T
+	cmd                *exec.Cmd
+	grpcAddr, httpAddr string
+	logs               testutil.Buffer
+	exited             chan error // the result of Wait, put back by whoever reads it
+}
+
+// startDaemon builds the binary and runs serve on the example config with args,
+// and waits until /healthcheck answers 200.
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sharelimit")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	grpcAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
-	cmd := exec.Command(bin, "serve", "--config-dir", "../../examples/config", "--grpc-addr", grpcAddr, "--drain", "1")
-	cmd.Env = append(os.Environ(), "SHARELIMIT_HTTP_ADDR="+httpAddr, "SHARELIMIT_LOG_FORMAT=json")
-	var logs testutil.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	d := &daemon{t: t, grpcAddr: "127.0.0.1:" + freePort(t), httpAddr: "127.0.0.1:" + freePort(t), exited: make(chan error, 1)}
+	d.cmd = exec.Command(bin, append([]string{"serve", "--config-dir", "../../examples/config", "--grpc-addr", d.grpcAddr}, args...)...)
+	d.cmd.Env = append(os.Environ(), "SHARELIMIT_HTTP_ADDR="+d.httpAddr, "SHARELIMIT_LOG_FORMAT=json")
+	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { d.exited <- d.cmd.Wait() }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
+		d.cmd.Process.Kill()
+		<-d.exited
 	})
-
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		resp, err := http.Get("http://" + d.httpAddr + "/healthcheck")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return d
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("daemon never became healthy:\n%s", logs.String())
+			t.Fatalf("daemon never became healthy:\n%s", d.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
 
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (d *daemon) signal(sig os.Signal) {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// draining waits until /healthcheck reports the drain (503).
+func (d *daemon) draining() {
+	d.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + d.httpAddr + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("daemon never started draining:\n%s", d.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// exitsCleanly waits, generously, for the process to exit 0. The deadline is
+// only there so a hang fails the test instead of the test binary.
+func (d *daemon) exitsCleanly(why string) {
+	d.t.Helper()
+	select {
+	case err := <-d.exited:
+		d.exited <- err
+		if err != nil {
+			d.t.Fatalf("exit %v:\n%s", err, d.logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		d.t.Fatalf("did not exit %s:\n%s", why, d.logs.String())
+	}
+}
+
+// TestBinaryServesAndDrains builds the real binary, runs it on the example
+// config, answers a request over gRPC, and stops it with SIGTERM: health turns
+// NOT_SERVING during the drain, in-flight service continues, and it exits 0.
+func TestBinaryServesAndDrains(t *testing.T) {
+	d := startDaemon(t, "--drain", "1")
+	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +143,17 @@ func TestBinaryServesAndDrains(t *testing.T) {
 		t.Fatalf("first request: %v %v", resp, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	mresp, err := http.Get("http://" + d.httpAddr + "/metrics")
+	if err != nil {
 		t.Fatal(err)
 	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(metrics), "\nsharelimit_config_watch_polling 0\n") {
+		t.Errorf("/metrics lacks sharelimit_config_watch_polling 0 (fsnotify works here)")
+	}
+
+	d.signal(syscall.SIGTERM)
 	// During the drain: NOT_SERVING, and requests still answered.
 	health := healthpb.NewHealthClient(conn)
 	sawNotServing := false
@@ -105,14 +170,68 @@ func TestBinaryServesAndDrains(t *testing.T) {
 	if !sawNotServing {
 		t.Fatal("health never turned NOT_SERVING during the drain")
 	}
-	select {
-	case err := <-exited:
-		exited <- err
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("exit %v:\n%s", err, logs.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("did not exit after SIGTERM:\n%s", logs.String())
+	d.exitsCleanly("after SIGTERM")
+}
+
+// TestBinarySecondSignalCutsDrain: an operator who signals again during a
+// drain wants the daemon gone now, not after --drain (an hour here).
+func TestBinarySecondSignalCutsDrain(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, "--drain", "1h")
+			d.signal(syscall.SIGTERM)
+			d.draining()
+			d.signal(sig)
+			d.exitsCleanly("on a second signal during an hour's drain")
+		})
+	}
+}
+
+// TestBinaryStopsWithOpenStreams: a health Watch (as kubelet's or Envoy's
+// gRPC health checking keeps) and a reflection stream (grpcurl) never end on
+// their own. The stop must still be graceful, well before --shutdown-timeout
+// (an hour here) and without forcing.
+func TestBinaryStopsWithOpenStreams(t *testing.T) {
+	d := startDaemon(t, "--drain", "0.2", "--shutdown-timeout", "1h")
+	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := watch.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch: %v %v", h, err)
+	}
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := refl.Recv(); err != nil {
+		t.Fatal(err)
+	}
+
+	d.signal(syscall.SIGTERM)
+	// The watcher is told, and then the stream ends.
+	if h, err := watch.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch during the drain: %v %v", h, err)
+	}
+	d.exitsCleanly("with open streams")
+	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("watch ended with %v, want Unavailable", err)
+	}
+	if _, err := refl.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("reflection stream ended with %v, want Unavailable", err)
+	}
+	if strings.Contains(d.logs.String(), "did not finish in time") {
+		t.Errorf("the stop was forced:\n%s", d.logs.String())
 	}
 }

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sharelimit/sharelimit/config"
@@ -36,7 +39,8 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains.
+// serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains. A
+// second signal during the stop makes it stop at once.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	cfg, err := config.Parse("serve", args, getenv, stderr)
 	if err != nil {
@@ -51,14 +55,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return 2
 	}
 	log := newLogger(cfg, stderr)
-	if err := runDaemon(ctx, cfg, log, stderr); err != nil {
+	hardStop, release := signalAfter(ctx, os.Interrupt, syscall.SIGTERM)
+	defer release()
+	if err := runDaemon(ctx, hardStop, cfg, log, stderr); err != nil {
 		log.Error("sharelimit stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
+// runDaemon serves until ctx ends, then drains and stops; closing hardStop cuts
+// the drain and the graceful stop short.
+func runDaemon(ctx context.Context, hardStop <-chan struct{}, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
 	clock := monotime.New()
 	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr} {
 		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
@@ -123,6 +131,17 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 			}
 		},
 	}
+	// The watcher knows no metrics; the gauge reads it. A 1 means reloads wait
+	// for the poll: on a node, usually fs.inotify.max_user_instances is spent.
+	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sharelimit_config_watch_polling",
+		Help: "1 when fsnotify cannot watch the config dir and changes to it are seen only by polling; 0 otherwise.",
+	}, func() float64 {
+		if watcher.Polling() {
+			return 1
+		}
+		return 0
+	}))
 	if err := watcher.Load(); err != nil {
 		printErrors(stderr, err)
 		return errors.New("invalid config at start-up")
@@ -171,7 +190,8 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 		}
 	}
 	health := server.NewHealth()
-	grpcServer := server.NewGRPCServer(svc, health, tlsConfig)
+	streams := server.NewStreamCloser()
+	grpcServer := server.NewGRPCServer(svc, health, tlsConfig, streams.ServerOption())
 	admin := server.NewAdmin(svc, engine, metrics, func() server.View {
 		v := view.Load()
 		return server.View{Source: v.Source, Total: v.Total, Local: v.Local, Weight: v.Weight,
@@ -220,24 +240,13 @@ func runDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr
 	g.Go(func() error { return server.GCTuner{}.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
-		// Drain: report NOT_SERVING first, keep answering while Envoy moves away,
-		// then stop gracefully with a deadline.
+		// Report NOT_SERVING first, keep answering while Envoy moves away, then
+		// stop gracefully with a deadline.
 		log.Info("shutting down: draining", "drain", cfg.Drain)
 		admin.SetDraining()
 		metrics.Draining.Set(1)
 		health.Shutdown()
-		time.Sleep(cfg.Drain)
-		stopped := make(chan struct{})
-		go func() { grpcServer.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(cfg.ShutdownTimeout):
-			log.Warn("in-flight requests did not finish in time; stopping", "timeout", cfg.ShutdownTimeout)
-			grpcServer.Stop()
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		httpServer.Shutdown(sctx)
+		shutdown{Drain: cfg.Drain, Timeout: cfg.ShutdownTimeout, Now: hardStop, Log: log}.run(grpcServer, streams.Close, httpServer)
 		log.Info("stopped")
 		return nil
 	})
