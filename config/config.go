@@ -2,7 +2,9 @@
 // from flags and SHARELIMIT_* environment variables (a flag wins over its
 // variable), and checked by Validate before anything starts. Nothing re-reads
 // the environment later: a running daemon's settings are exactly what it logged
-// at start.
+// at start. ApplyEnv, the rule that maps flags to variables, is shared with the
+// other subcommands that read their flags from the environment (sharelimit
+// bench).
 package config
 
 import (
@@ -147,6 +149,19 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := ApplyEnv(fs, getenv); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ApplyEnv sets every flag of fs that was not given on the command line from its
+// variable (EnvName), read with getenv; call it after fs.Parse. A flag wins over
+// its variable, and an empty variable counts as unset, so the flag keeps its
+// default. It reports every bad value at once, each naming its variable. Every
+// subcommand that mirrors its flags in the environment uses it, so they all
+// follow the one rule the README documents.
+func ApplyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
@@ -161,10 +176,7 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 			}
 		}
 	})
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
+	return errors.Join(errs...)
 }
 
 // Validate reports every setting that cannot work, together.

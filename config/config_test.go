@@ -89,3 +89,77 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestApplyEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(c *Config) bool
+		wantErr []string // each must appear in the error; nil: no error
+	}{
+		{
+			name:  "flag wins over env",
+			args:  []string{"--replicas", "3", "--grpc-addr", "127.0.0.1:9"},
+			env:   map[string]string{"SHARELIMIT_REPLICAS": "7", "SHARELIMIT_GRPC_ADDR": "127.0.0.1:7"},
+			check: func(c *Config) bool { return c.Replicas == 3 && c.GRPCAddr == "127.0.0.1:9" },
+		},
+		{
+			name: "env sets an unset flag",
+			env:  map[string]string{"SHARELIMIT_MAX_BUCKETS": "42", "SHARELIMIT_DRAIN": "2", "SHARELIMIT_CONSUL_STALE": "false"},
+			check: func(c *Config) bool {
+				return c.MaxBuckets == 42 && c.Drain == 2*time.Second && !c.ConsulStale
+			},
+		},
+		{
+			// An empty string is a valid value for string flags and not for the
+			// others; either way an empty variable must count as unset.
+			name: "empty env value leaves the default",
+			env:  map[string]string{"SHARELIMIT_GRPC_ADDR": "", "SHARELIMIT_REPLICAS": "", "SHARELIMIT_CONSUL_STALE": "", "SHARELIMIT_DRAIN": ""},
+			check: func(c *Config) bool {
+				d := Defaults()
+				return c.GRPCAddr == d.GRPCAddr && c.Replicas == d.Replicas && c.ConsulStale == d.ConsulStale && c.Drain == d.Drain
+			},
+		},
+		{
+			name:    "bad env value names the variable",
+			env:     map[string]string{"SHARELIMIT_REPLICAS": "many"},
+			wantErr: []string{"SHARELIMIT_REPLICAS"},
+		},
+		{
+			name:    "every bad env value is reported",
+			env:     map[string]string{"SHARELIMIT_REPLICAS": "many", "SHARELIMIT_DRAIN": "soon"},
+			wantErr: []string{"SHARELIMIT_REPLICAS", "SHARELIMIT_DRAIN"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Defaults()
+			fs := c.FlagSet("serve")
+			fs.SetOutput(io.Discard)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := ApplyEnv(fs, env(tc.env))
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if !tc.check(c) {
+					t.Fatalf("got %+v", c)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want one naming %q", tc.wantErr)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+		})
+	}
+}

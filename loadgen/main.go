@@ -15,7 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sharelimit/sharelimit/server"
+	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/internal/gcpace"
 )
 
 // progressAuto: with no --progress flag, progress lines go to stderr when the run
@@ -109,8 +110,15 @@ var (
 // Main is `sharelimit bench`. It returns the exit code: 0 when the run completed
 // (whatever the server answered), 2 for bad usage, 1 when the run could not be
 // done or was interrupted. Cancelling ctx stops a run (partial figures are still
-// printed) or the no-op server (exit 0).
+// printed) or the no-op server (exit 0). Flags not given are read from the
+// process environment, as config.ApplyEnv does for serve.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return benchMain(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// benchMain is Main with the environment passed in, so tests need not set the
+// process's.
+func benchMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -127,7 +135,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	onCmdline := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
-	if err := applyEnv(fs, onCmdline, os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, getenv); err != nil {
 		return usageError(stderr, err)
 	}
 	given := map[string]bool{} // on the command line or in the environment
@@ -279,7 +287,7 @@ func serveNoopMain(ctx context.Context, addr string, asJSON bool, stdout, stderr
 	// the comparison would measure the collector, not the decision.
 	tctx, stopTuner := context.WithCancel(ctx)
 	tuned := make(chan struct{})
-	go func() { server.GCTuner{}.Run(tctx); close(tuned) }()
+	go func() { gcpace.Tuner{}.Run(tctx); close(tuned) }()
 	defer func() { stopTuner(); <-tuned }()
 	lis, err := listen(addr)
 	if err != nil {
@@ -318,30 +326,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// envName is the environment variable for a flag: SHARELIMIT_<FLAG_IN_UPPER_SNAKE>.
-func envName(flagName string) string {
-	return "SHARELIMIT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// applyEnv sets every flag not given on the command line from its environment
-// variable, if that is set. Flags win.
-func applyEnv(fs *flag.FlagSet, onCmdline map[string]bool, lookup func(string) (string, bool)) error {
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if onCmdline[f.Name] {
-			return
-		}
-		v, ok := lookup(envName(f.Name))
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-		}
-	})
-	return errors.Join(errs...)
 }
 
 func usage(fs *flag.FlagSet) {

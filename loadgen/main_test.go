@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
@@ -170,6 +171,48 @@ func TestMainEndToEnd(t *testing.T) {
 	}
 }
 
+// TestMainReadsInjectedEnv checks that bench reads its flags through getenv with
+// serve's rule: a bad value is a usage error naming its variable, a flag wins,
+// and an empty variable counts as unset rather than as an empty value.
+func TestMainReadsInjectedEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string
+		notWant []string
+	}{
+		{name: "bad value", env: map[string]string{"SHARELIMIT_CONNS": "many"}, want: "SHARELIMIT_CONNS"},
+		{name: "value checked like its flag", env: map[string]string{"SHARELIMIT_RATE": "-1"}, want: "rate: -1 is outside"},
+		{name: "flag wins", args: []string{"--rate=-1"}, env: map[string]string{"SHARELIMIT_RATE": "5"}, want: "rate: -1 is outside"},
+		{
+			name:    "empty is unset",
+			env:     map[string]string{"SHARELIMIT_RATE": "-1", "SHARELIMIT_TARGET": "", "SHARELIMIT_DOMAIN": ""},
+			want:    "rate: -1 is outside",
+			notWant: []string{"target: none given", "domain: empty"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := benchMain(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &stdout, &stderr)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr does not mention %q:\n%s", tc.want, stderr.String())
+			}
+			for _, no := range tc.notWant {
+				if strings.Contains(stderr.String(), no) {
+					t.Errorf("stderr mentions %q:\n%s", no, stderr.String())
+				}
+			}
+		})
+	}
+}
+
 func TestApplyEnv(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
@@ -177,7 +220,7 @@ func TestApplyEnv(t *testing.T) {
 		"SHARELIMIT_HITS_ADDEND": "7",
 		"SHARELIMIT_DOMAIN":      "from-env",
 	}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	getenv := func(k string) string { return env[k] }
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o options
@@ -185,14 +228,14 @@ func TestApplyEnv(t *testing.T) {
 	if err := fs.Parse([]string{"--domain=from-flag"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyEnv(fs, map[string]bool{"domain": true}, lookup); err != nil {
+	if err := config.ApplyEnv(fs, getenv); err != nil {
 		t.Fatal(err)
 	}
 	if o.rate != 250 || o.hitsAddend != 7 || o.domain != "from-flag" {
 		t.Fatalf("rate %g, hits_addend %d, domain %q: want 250, 7 from the environment and the flag's domain", o.rate, o.hitsAddend, o.domain)
 	}
 	env["SHARELIMIT_CONNS"] = "many"
-	if err := applyEnv(fs, nil, lookup); err == nil || !strings.Contains(err.Error(), "SHARELIMIT_CONNS") {
+	if err := config.ApplyEnv(fs, getenv); err == nil || !strings.Contains(err.Error(), "SHARELIMIT_CONNS") {
 		t.Fatalf("bad environment value: %v, want an error naming SHARELIMIT_CONNS", err)
 	}
 }

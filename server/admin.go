@@ -64,8 +64,12 @@ func (a *Admin) SetVersion(v string) { a.version = v }
 // SetReady marks the first config as loaded: /healthcheck answers 200 from then.
 func (a *Admin) SetReady() { a.ready.Store(true) }
 
-// SetDraining makes /healthcheck answer 503 for the rest of the process's life.
-func (a *Admin) SetDraining() { a.draining.Store(true) }
+// SetDraining makes /healthcheck answer 503 for the rest of the process's
+// life, and sharelimit_draining 1.
+func (a *Admin) SetDraining() {
+	a.draining.Store(true)
+	a.metrics.draining.Set(1)
+}
 
 // Handler routes the admin endpoints.
 func (a *Admin) Handler() http.Handler {

@@ -30,7 +30,7 @@ func directServiceFrom(t testing.TB, rules string) *Service {
 	}
 	store := bucket.NewStore(10_000)
 	engine := descriptors.NewEngine(set, 0.5, store)
-	m := NewMetrics(store.Live, store.Overflowed, store.Max(), func() float64 { return 0 })
+	m := NewMetrics(store)
 	m.Bind(set)
 	return NewService(engine, monotime.New(), m, Options{ResponseHeaders: true, HeaderLimit: "a", HeaderRemaining: "b", HeaderReset: "c"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))

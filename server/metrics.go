@@ -3,7 +3,6 @@ package server
 import (
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
 // maxDetailedValues bounds the label values a detailed_metric or value_to_metric
@@ -19,31 +19,23 @@ import (
 // scrape without limit.
 const maxDetailedValues = 100
 
-// Metrics is every Prometheus series the daemon exports, on a registry of its
-// own. Safe for concurrent use.
+// Metrics are the series of the request path (decisions, latency, refusals),
+// the bucket store's gauges and the drain, on a registry that the daemon's
+// other parts (config, membership, sweeper) register their own series on.
+// Safe for concurrent use.
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	decisions    *prometheus.CounterVec
-	detailed     *prometheus.CounterVec
-	shadow       *prometheus.CounterVec
-	noLimit      prometheus.Counter
-	invalid      prometheus.Counter
-	panics       prometheus.Counter
-	waits        prometheus.Counter
-	latency      prometheus.Histogram
-	Reloads      *prometheus.CounterVec
-	ReloadLast   prometheus.Gauge
-	Generation   prometheus.Gauge
-	Rules        prometheus.Gauge
-	MemberTotal  prometheus.Gauge
-	MemberLocal  prometheus.Gauge
-	MemberWeight prometheus.Gauge
-	MemberLastOK prometheus.Gauge
-	BucketsSwept prometheus.Counter
-	Draining     prometheus.Gauge
-	overLimit    overLimitSample
-	memberErrors atomic.Uint64
+	decisions *prometheus.CounterVec
+	detailed  *prometheus.CounterVec
+	shadow    *prometheus.CounterVec
+	noLimit   prometheus.Counter
+	invalid   prometheus.Counter
+	panics    prometheus.Counter
+	waits     prometheus.Counter
+	latency   prometheus.Histogram
+	draining  prometheus.Gauge
+	overLimit overLimitSample
 
 	// bound maps each bound *descriptors.Set to its *boundRules. The hot path
 	// reads it without a lock; entries change only under mu.
@@ -56,12 +48,9 @@ type Metrics struct {
 	overrides map[string]*ruleSeries  // by domain
 }
 
-// SetMembershipErrors publishes the membership source's running error count.
-func (m *Metrics) SetMembershipErrors(n uint64) { m.memberErrors.Store(n) }
-
-// NewMetrics registers every series. live, overflowed and max read the bucket
-// store; viewAge reads the age of the membership view.
-func NewMetrics(live func() int, overflowed func() uint64, maxBuckets int, viewAge func() float64) *Metrics {
+// NewMetrics registers the request path's series and the store's gauges on a
+// new registry.
+func NewMetrics(store *bucket.Store) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry(), rules: map[ruleKey]*ruleSeries{}, overrides: map[string]*ruleSeries{}}
 	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
 	f(collectors.NewGoCollector())
@@ -83,43 +72,19 @@ func NewMetrics(live func() int, overflowed func() uint64, maxBuckets int, viewA
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sharelimit_request_duration_seconds",
 		Help:    "Time to decide one ShouldRateLimit request, in the handler.",
 		Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1}})
-	m.Reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_config_reloads_total",
-		Help: "Config loads by result (success, failure)."}, []string{"result"})
-	m.ReloadLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_last_reload_success_timestamp_seconds",
-		Help: "When the config in force was loaded."})
-	m.Generation = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_generation",
-		Help: "Counts successful config loads; the one in force."})
-	m.Rules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_rules",
-		Help: "Descriptors in the config in force."})
-	m.MemberTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_total",
-		Help: "Replicas enforcing the limits, as last observed."})
-	m.MemberLocal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_local",
-		Help: "Replicas on this node, as last observed."})
-	m.MemberWeight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_weight",
-		Help: "This replica's share of every global limit."})
-	m.MemberLastOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_membership_last_success_timestamp_seconds",
-		Help: "When the membership source last confirmed the view (0: never)."})
-	m.BucketsSwept = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_buckets_swept_total",
-		Help: "Buckets dropped because they had refilled to full."})
-	m.Draining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_draining",
+	m.draining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_draining",
 		Help: "1 while shutting down."})
-	for _, c := range []prometheus.Collector{m.decisions, m.detailed, m.shadow, m.noLimit, m.invalid, m.panics, m.waits, m.latency,
-		m.Reloads, m.ReloadLast, m.Generation, m.Rules, m.MemberTotal, m.MemberLocal, m.MemberWeight, m.MemberLastOK,
-		m.BucketsSwept, m.Draining} {
+	for _, c := range []prometheus.Collector{m.decisions, m.detailed, m.shadow, m.noLimit, m.invalid, m.panics, m.waits, m.latency, m.draining} {
 		f(c)
 	}
-	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total",
-		Help: "Membership watch errors since start."}, func() float64 { return float64(m.memberErrors.Load()) }))
-	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_age_seconds",
-		Help: "Seconds since the membership view was last confirmed."}, viewAge))
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_buckets",
-		Help: "Live token buckets (full buckets are swept)."}, func() float64 { return float64(live()) }))
+		Help: "Live token buckets (full buckets are swept)."}, func() float64 { return float64(store.Live()) }))
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_buckets_max",
-		Help: "The --max-buckets cap."}, func() float64 { return float64(maxBuckets) }))
+		Help: "The --max-buckets cap."}, func() float64 { return float64(store.Max()) }))
 	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_bucket_overflow_total",
-		Help: "Decisions that used a rule's shared overflow bucket because --max-buckets was reached."}, func() float64 { return float64(overflowed()) }))
-	m.Reloads.WithLabelValues("success")
-	m.Reloads.WithLabelValues("failure")
+		Help: "Decisions that used a rule's shared overflow bucket because --max-buckets was reached."}, func() float64 { return float64(store.Overflowed()) }))
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_buckets_swept_total",
+		Help: "Buckets dropped because they had refilled to full."}, func() float64 { return float64(store.Swept()) }))
 	return m
 }
 

@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/source"
 )
 
@@ -74,7 +75,7 @@ func sum(all map[string]float64) float64 {
 }
 
 func newTestMetrics() *Metrics {
-	return NewMetrics(func() int { return 0 }, func() uint64 { return 0 }, 0, func() float64 { return 0 })
+	return NewMetrics(bucket.NewStore(1))
 }
 
 // loadSet compiles files (name -> YAML) as the daemon would a config dir.

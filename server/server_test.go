@@ -49,7 +49,7 @@ func newFixture(t *testing.T, opts Options, weight float64) *fixture {
 	f := &fixture{t: t}
 	store := bucket.NewStore(0)
 	f.engine = descriptors.NewEngine(nil, weight, store)
-	f.metrics = NewMetrics(store.Live, store.Overflowed, store.Max(), func() float64 { return 0 })
+	f.metrics = NewMetrics(store)
 	f.metrics.Bind(set)
 	f.engine.Swap(set)
 	if opts.HeaderLimit == "" {

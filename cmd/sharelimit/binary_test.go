@@ -37,8 +37,8 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// daemon is the real binary running serve.
-type daemon struct {
+// process is the real binary running serve.
+type process struct {
 	t                  *testing.T
 	cmd                *exec.Cmd
 	grpcAddr, httpAddr string
@@ -48,14 +48,14 @@ type daemon struct {
 
 // startDaemon builds the binary and runs serve on the example config with args,
 // and waits until /healthcheck answers 200.
-func startDaemon(t *testing.T, args ...string) *daemon {
+func startDaemon(t *testing.T, args ...string) *process {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sharelimit")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	d := &daemon{t: t, grpcAddr: "127.0.0.1:" + freePort(t), httpAddr: "127.0.0.1:" + freePort(t), exited: make(chan error, 1)}
+	d := &process{t: t, grpcAddr: "127.0.0.1:" + freePort(t), httpAddr: "127.0.0.1:" + freePort(t), exited: make(chan error, 1)}
 	d.cmd = exec.Command(bin, append([]string{"serve", "--config-dir", "../../examples/config", "--grpc-addr", d.grpcAddr}, args...)...)
 	d.cmd.Env = append(os.Environ(), "SHARELIMIT_HTTP_ADDR="+d.httpAddr, "SHARELIMIT_LOG_FORMAT=json")
 	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
@@ -83,7 +83,7 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 	}
 }
 
-func (d *daemon) signal(sig os.Signal) {
+func (d *process) signal(sig os.Signal) {
 	d.t.Helper()
 	if err := d.cmd.Process.Signal(sig); err != nil {
 		d.t.Fatal(err)
@@ -91,7 +91,7 @@ func (d *daemon) signal(sig os.Signal) {
 }
 
 // draining waits until /healthcheck reports the drain (503).
-func (d *daemon) draining() {
+func (d *process) draining() {
 	d.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -111,7 +111,7 @@ func (d *daemon) draining() {
 
 // exitsCleanly waits, generously, for the process to exit 0. The deadline is
 // only there so a hang fails the test instead of the test binary.
-func (d *daemon) exitsCleanly(why string) {
+func (d *process) exitsCleanly(why string) {
 	d.t.Helper()
 	select {
 	case err := <-d.exited:

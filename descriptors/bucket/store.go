@@ -1,11 +1,9 @@
 package bucket
 
 import (
-	"context"
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // shardCount spreads buckets over independently locked maps. With 256 shards two
@@ -60,6 +58,7 @@ type Store struct {
 	max      int64
 	live     atomic.Int64
 	overflow atomic.Uint64
+	swept    atomic.Uint64
 	// floor is the latest reading a sweep judged buckets full at. A bucket
 	// created later starts no earlier than floor: a request that read the clock
 	// before a sweep dropped its bucket must not refill, a second time, the
@@ -186,23 +185,9 @@ func (s *Store) Sweep(wt *Weight, now int64) int {
 		}
 		sh.mu.Unlock()
 	}
+	s.swept.Add(uint64(dropped))
 	return dropped
 }
 
-// Sweeper runs Sweep every interval until ctx ends. weight and now are read at
-// each pass. Long-running parts are owned by their caller: this starts nothing.
-func (s *Store) Sweeper(ctx context.Context, interval time.Duration, weight func() *Weight, now func() int64, onSweep func(dropped int)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			d := s.Sweep(weight(), now())
-			if onSweep != nil {
-				onSweep(d)
-			}
-		}
-	}
-}
+// Swept is how many buckets sweeps have dropped since start.
+func (s *Store) Swept() uint64 { return s.swept.Load() }

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -106,25 +105,6 @@ func TestConcurrentDrawsNeverOverAdmit(t *testing.T) {
 	wg.Wait()
 	if admitted != 1000 {
 		t.Fatalf("admitted %d of a 1000-token bucket", admitted)
-	}
-}
-
-func TestSweeperStopsWithContext(t *testing.T) {
-	s := NewStore(10)
-	wt := InitialWeight(1)
-	s.Do(Request{Key: 1, Params: &Params{Rate: 1000, Size: 1}, Op: Draw, N: 1}, wt, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	swept := make(chan int, 10)
-	done := make(chan error)
-	go func() {
-		done <- s.Sweeper(ctx, time.Millisecond, func() *Weight { return wt }, func() int64 { return int64(time.Hour) }, func(d int) { swept <- d })
-	}()
-	if d := <-swept; d != 1 {
-		t.Errorf("first sweep dropped %d", d)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/server"
 )
 
@@ -37,19 +36,6 @@ func (s *slowRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rl
 	close(s.entered)
 	<-s.release
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
-}
-
-// within waits for ch, failing the test after a deadline far longer than any
-// healthy run needs: it catches hangs, it does not measure speed.
-func within[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
 }
 
 // TestStopGRPCEndsOpenStreams runs the real server on loopback with a health
@@ -98,7 +84,7 @@ func TestStopGRPCEndsOpenStreams(t *testing.T) {
 		_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d"})
 		unary <- err
 	}()
-	within(t, svc.entered, "the unary call to arrive")
+	testutil.Within(t, svc.entered, "the unary call to arrive")
 
 	health.Shutdown()
 	if h, err := watch.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -112,18 +98,18 @@ func TestStopGRPCEndsOpenStreams(t *testing.T) {
 	go func() { _, err := watch.Recv(); ended <- err }()
 	go func() { _, err := refl.Recv(); ended <- err }()
 	for range 2 {
-		if err := within(t, ended, "the streams to end"); status.Code(err) != codes.Unavailable {
+		if err := testutil.Within(t, ended, "the streams to end"); status.Code(err) != codes.Unavailable {
 			t.Errorf("stream ended with %v, want Unavailable", err)
 		}
 	}
 	close(svc.release)
-	if err := within(t, unary, "the unary call"); err != nil {
+	if err := testutil.Within(t, unary, "the unary call"); err != nil {
 		t.Errorf("in-flight call during a graceful stop: %v", err)
 	}
-	if within(t, forced, "the stop") {
+	if testutil.Within(t, forced, "the stop") {
 		t.Error("the stop was forced: something kept GracefulStop waiting")
 	}
-	if err := within(t, served, "Serve to return"); err != nil {
+	if err := testutil.Within(t, served, "Serve to return"); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -192,10 +178,10 @@ func TestShutdownPaths(t *testing.T) {
 				result <- tc.s.run(gs, func() { streamsClosed.Store(true) }, &http.Server{})
 			}()
 			if tc.nowDuringStop {
-				within(t, gs.graceful, "GracefulStop")
+				testutil.Within(t, gs.graceful, "GracefulStop")
 				close(now)
 			}
-			forced := within(t, result, "the shutdown")
+			forced := testutil.Within(t, result, "the shutdown")
 			if forced != tc.forced {
 				t.Errorf("forced %v, want %v", forced, tc.forced)
 			}
@@ -206,49 +192,5 @@ func TestShutdownPaths(t *testing.T) {
 				t.Error("long-lived streams were not closed")
 			}
 		})
-	}
-}
-
-// TestSignalAfterHearsTheSecondSignal sets ctx up as main does: the first
-// signal ends it. That one must not count again; the next one fires.
-func TestSignalAfterHearsTheSecondSignal(t *testing.T) {
-	sig := syscall.SIGUSR1 // not SIGINT: nothing else in a test run listens for it
-	// This registration also keeps the signal from killing the test binary.
-	ctx, stop := signal.NotifyContext(context.Background(), sig)
-	defer stop()
-	fired, release := signalAfter(ctx, sig)
-	defer release()
-
-	syscall.Kill(syscall.Getpid(), sig)
-	within(t, ctx.Done(), "the first signal to end ctx")
-	select {
-	case <-fired:
-		t.Fatal("the signal that ended ctx was counted again")
-	case <-time.After(100 * time.Millisecond):
-	}
-	// signalAfter starts listening as ctx ends, a moment the test cannot see:
-	// signal until it hears.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(20 * time.Second)
-	for {
-		syscall.Kill(syscall.Getpid(), sig)
-		select {
-		case <-fired:
-			return
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("a second signal was not heard")
-		}
-	}
-}
-
-func TestSignalAfterReleaseWithoutSignal(t *testing.T) {
-	fired, release := signalAfter(context.Background(), syscall.SIGUSR1)
-	release() // must return: its goroutine ends (goleak checks at exit)
-	select {
-	case <-fired:
-		t.Fatal("fired without a signal")
-	default:
 	}
 }

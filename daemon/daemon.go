@@ -1,0 +1,213 @@
+// Package daemon assembles sharelimit's parts into the running daemon and owns
+// their lifetimes: the engine and its buckets, the config source, the
+// membership source, the gRPC and admin servers, the sweeper and the stop
+// sequence. main parses settings and hands them to New; every goroutine the
+// daemon needs is started by Run and has ended when Run returns.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/gcpace"
+	"github.com/sharelimit/sharelimit/internal/monotime"
+	"github.com/sharelimit/sharelimit/membership"
+	"github.com/sharelimit/sharelimit/reload"
+	"github.com/sharelimit/sharelimit/server"
+)
+
+// ErrConfig marks an invalid config at start-up. The error New returns with
+// it also holds every *descriptors.Error, for printing one per line.
+var ErrConfig = errors.New("invalid config at start-up")
+
+// Daemon is the assembled daemon. It is built by New and run once by Run.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	clock   monotime.Clock
+	engine  *descriptors.Engine
+	watcher *reload.Watcher
+	consul  *membership.Consul // nil: static membership
+	admin   *server.Admin
+	health  *health.Server
+	streams *server.StreamCloser
+	grpc    *grpc.Server
+	http    *http.Server
+	grpcLis net.Listener
+	httpLis net.Listener
+}
+
+// New builds the daemon from cfg: it loads the rules (an invalid config is an
+// error wrapping ErrConfig), sets up membership and opens both listeners. It
+// starts no goroutine. version names the build on the status page.
+func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, log: log, clock: monotime.New()}
+	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr} {
+		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
+			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "addr", a)
+		}
+	}
+	store := bucket.NewStore(cfg.MaxBuckets)
+	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
+	metrics := server.NewMetrics(store)
+	views := newViews(membership.NewStatic(cfg.Replicas).View(), d.engine, d.clock, metrics.Registry)
+	rules := newInstaller(d.engine, metrics, cfg.ConfigDir, log)
+	if err := d.loadRules(rules, metrics.Registry); err != nil {
+		return nil, err
+	}
+	if err := d.membership(views); err != nil {
+		return nil, err
+	}
+	svc := server.NewService(d.engine, d.clock, metrics, server.Options{
+		ShadowMode: cfg.ShadowMode, ResponseHeaders: cfg.ResponseHeaders,
+		HeaderLimit: cfg.HeaderLimit, HeaderRemaining: cfg.HeaderRemaining, HeaderReset: cfg.HeaderReset,
+	}, log.With("component", "grpc"))
+	var tlsConfig *tls.Config
+	if cfg.GRPCTLSCert != "" {
+		var err error
+		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA); err != nil {
+			return nil, err
+		}
+	}
+	d.health = server.NewHealth()
+	d.streams = server.NewStreamCloser()
+	d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
+	d.admin = server.NewAdmin(svc, d.engine, metrics, views.Admin, rules.Status)
+	d.admin.SetVersion(version)
+	d.admin.SetReady()
+	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if err := d.listen(); err != nil {
+		return nil, err
+	}
+	log.Info("sharelimit serving", "version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
+		"membership", d.engine.Weight().W, "source", views.Admin().Source, "max_buckets", cfg.MaxBuckets)
+	return d, nil
+}
+
+// loadRules loads the config dir once; from then on the watcher reloads it,
+// and a bad config is a failed reload: logged, counted, the rules in force kept.
+func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
+	d.watcher = &reload.Watcher{
+		Dir: d.cfg.ConfigDir, Debounce: d.cfg.ReloadDebounce, Poll: reload.DefaultPoll,
+		Log: d.log.With("component", "reload"), Apply: rules.install,
+	}
+	// The watcher knows no metrics; the gauge reads it. A 1 means reloads wait
+	// for the poll: on a node, usually fs.inotify.max_user_instances is spent.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sharelimit_config_watch_polling",
+		Help: "1 when fsnotify cannot watch the config dir and changes to it are seen only by polling; 0 otherwise.",
+	}, func() float64 {
+		if d.watcher.Polling() {
+			return 1
+		}
+		return 0
+	}))
+	if err := d.watcher.Load(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	d.watcher.Error = rules.reject
+	return nil
+}
+
+// membership sets up the Consul source when --consul-service is given; the
+// static view stands otherwise, and until Consul first answers.
+func (d *Daemon) membership(views *views) error {
+	if d.cfg.ConsulService == "" {
+		return nil
+	}
+	ccfg := api.DefaultConfig() // CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT... as the consul CLI
+	client, err := api.NewClient(ccfg)
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+	cfg := d.cfg
+	d.consul, err = membership.NewConsul(membership.ConsulConfig{
+		Service: cfg.ConsulService, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
+		Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas,
+		QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: ccfg.Token,
+		Logger: d.log.With("component", "membership"), OnUpdate: views.publish,
+	}, client)
+	if err != nil {
+		return fmt.Errorf("consul membership: %w", err)
+	}
+	views.publish(d.consul.View())
+	return nil
+}
+
+func (d *Daemon) listen() error {
+	var err error
+	if d.grpcLis, err = server.Listen(d.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
+		d.grpcLis.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then drains and stops; closing now cuts the
+// drain and the graceful stop short. It returns once every goroutine it
+// started has ended.
+func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) {
+			return fmt.Errorf("gRPC server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := d.http.Serve(d.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admin server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return d.watcher.Run(gctx) })
+	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
+	if d.consul != nil {
+		g.Go(func() error { return d.consul.Run(gctx) })
+	}
+	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		// Report NOT_SERVING first, keep answering while Envoy moves away, then
+		// stop gracefully with a deadline.
+		d.log.Info("shutting down: draining", "drain", d.cfg.Drain)
+		d.admin.SetDraining()
+		d.health.Shutdown()
+		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.http)
+		d.log.Info("stopped")
+		return nil
+	})
+	return g.Wait()
+}
+
+// sweep drops refilled buckets every interval until ctx ends.
+func sweep(ctx context.Context, e *descriptors.Engine, every time.Duration, clock monotime.Clock) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			e.Sweep(clock())
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/server"
+)
+
+// installer is where every config source delivers: it installs a valid set in
+// the engine, binds its metrics first so no decision counts against a set
+// without its series, and keeps the status the admin pages show. It owns the
+// config series. Safe for concurrent use.
+type installer struct {
+	engine  *descriptors.Engine
+	metrics *server.Metrics
+	log     *slog.Logger
+	dir     string
+
+	mu     sync.Mutex
+	status server.ReloadStatus
+
+	reloads    *prometheus.CounterVec
+	lastOK     prometheus.Gauge
+	generation prometheus.Gauge
+	rules      prometheus.Gauge
+}
+
+func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir string, log *slog.Logger) *installer {
+	in := &installer{engine: engine, metrics: metrics, dir: dir, log: log,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_config_reloads_total",
+			Help: "Config loads by result (success, failure)."}, []string{"result"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_last_reload_success_timestamp_seconds",
+			Help: "When the config in force was loaded."}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_generation",
+			Help: "Counts successful config loads; the one in force."}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_rules",
+			Help: "Descriptors in the config in force."}),
+	}
+	metrics.Registry.MustRegister(in.reloads, in.lastOK, in.generation, in.rules)
+	in.reloads.WithLabelValues("success")
+	in.reloads.WithLabelValues("failure")
+	return in
+}
+
+// install puts set in force. Buckets of the rules it keeps keep their state.
+func (in *installer) install(set *descriptors.Set) {
+	in.metrics.Bind(set)
+	if old := in.engine.Swap(set); old != nil {
+		in.metrics.Unbind(old)
+	}
+	now := time.Now()
+	in.mu.Lock()
+	in.status.Generation++
+	in.status.LoadedAt, in.status.LastAttempt, in.status.LastError, in.status.Files = now, now, "", set.Files()
+	gen := in.status.Generation
+	in.mu.Unlock()
+	in.reloads.WithLabelValues("success").Inc()
+	in.lastOK.Set(float64(now.UnixNano()) / 1e9)
+	in.generation.Set(float64(gen))
+	in.rules.Set(float64(set.Len()))
+	in.log.Info("config loaded", "dir", in.dir, "generation", gen, "files", len(set.Files()), "domains", len(set.Domains()), "descriptors", set.Len())
+	if len(set.Files()) == 0 {
+		in.log.Warn("config dir has no *.yaml or *.yml files: every request is OK", "dir", in.dir)
+	}
+	for _, w := range set.Warnings(max(1, int(1/in.engine.Weight().W+0.5))) {
+		in.log.Warn(w)
+	}
+}
+
+// reject records a config that failed to load; the rules in force stay.
+func (in *installer) reject(err error) {
+	in.reloads.WithLabelValues("failure").Inc()
+	in.mu.Lock()
+	in.status.LastAttempt, in.status.LastError = time.Now(), err.Error()
+	in.mu.Unlock()
+	for _, e := range strings.Split(err.Error(), "\n") {
+		in.log.Error("config rejected; keeping the rules in force", "error", e)
+	}
+}
+
+// Status is the outcome of the last load, for the admin pages.
+func (in *installer) Status() server.ReloadStatus {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.status
+}
