@@ -27,8 +27,8 @@ import (
 	"github.com/sharelimit/sharelimit/internal/gcpace"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/membership"
-	"github.com/sharelimit/sharelimit/reload"
 	"github.com/sharelimit/sharelimit/server"
+	"github.com/sharelimit/sharelimit/source"
 )
 
 // ErrConfig marks an invalid config at start-up. The error New returns with
@@ -41,7 +41,7 @@ type Daemon struct {
 	log     *slog.Logger
 	clock   monotime.Clock
 	engine  *descriptors.Engine
-	watcher *reload.Watcher
+	watcher *source.Watcher
 	consul  *membership.Consul // nil: static membership
 	admin   *server.Admin
 	health  *health.Server
@@ -102,8 +102,8 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 // loadRules loads the config dir once; from then on the watcher reloads it,
 // and a bad config is a failed reload: logged, counted, the rules in force kept.
 func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
-	d.watcher = &reload.Watcher{
-		Dir: d.cfg.ConfigDir, Debounce: d.cfg.ReloadDebounce, Poll: reload.DefaultPoll,
+	d.watcher = &source.Watcher{
+		Dir: d.cfg.ConfigDir, Debounce: d.cfg.ReloadDebounce, Poll: source.DefaultPoll,
 		Log: d.log.With("component", "reload"), Apply: rules.install,
 	}
 	// The watcher knows no metrics; the gauge reads it. A 1 means reloads wait

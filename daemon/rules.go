@@ -49,7 +49,8 @@ func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir strin
 }
 
 // install puts set in force. Buckets of the rules it keeps keep their state.
-func (in *installer) install(set *descriptors.Set) {
+// Every set that compiled is accepted.
+func (in *installer) install(set *descriptors.Set) error {
 	in.metrics.Bind(set)
 	if old := in.engine.Swap(set); old != nil {
 		in.metrics.Unbind(old)
@@ -71,6 +72,7 @@ func (in *installer) install(set *descriptors.Set) {
 	for _, w := range set.Warnings(max(1, int(1/in.engine.Weight().W+0.5))) {
 		in.log.Warn(w)
 	}
+	return nil
 }
 
 // reject records a config that failed to load; the rules in force stay.

@@ -150,3 +150,15 @@ func TestHelpIsNotServe(t *testing.T) {
 		}
 	}
 }
+
+// TestServeHelpExitsZero: asking serve for its flags is not a usage error.
+func TestServeHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--help"}, {"serve", "-h"}} {
+		if code, out := runCLI(args...); code != 0 || !strings.Contains(out, "-config-dir") {
+			t.Errorf("%v: exit %d %q", args, code, out)
+		}
+	}
+	if code, _ := runCLI("serve", "--no-such-flag"); code != 2 {
+		t.Errorf("an unknown flag: exit %d, want 2", code)
+	}
+}

@@ -1,8 +1,10 @@
-package reload
+package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,11 +58,12 @@ func newHarness(t *testing.T, dir string) *harness {
 	h := &harness{t: t, engine: descriptors.NewEngine(nil, 1, bucket.NewStore(0))}
 	h.w = &Watcher{Dir: dir, Debounce: 50 * time.Millisecond, Poll: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&h.logs, nil)),
-		Apply: func(s *descriptors.Set) {
+		Apply: func(s *descriptors.Set) error {
 			h.engine.Swap(s)
 			h.mu.Lock()
 			h.loads++
 			h.mu.Unlock()
+			return nil
 		},
 		Error: func(err error) {
 			h.mu.Lock()
@@ -312,4 +315,21 @@ func TestPollZeroWithoutFsnotify(t *testing.T) {
 	h.run()
 	h.waitFor("the warning", func() bool { return strings.Contains(h.logs.String(), "poll="+DefaultPoll.String()) })
 	h.running()
+}
+
+// TestApplyMayRefuse: a set the apply function refuses is reported like one
+// that failed to load, and Load returns the refusal.
+func TestApplyMayRefuse(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("refused by apply")
+	var reported error
+	w := &Watcher{Dir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Apply: func(*descriptors.Set) error { return refused },
+		Error: func(err error) { reported = err }}
+	if err := w.Load(); !errors.Is(err, refused) || !errors.Is(reported, refused) {
+		t.Fatalf("Load returned %v, Error saw %v; want the refusal in both", err, reported)
+	}
 }

@@ -1,10 +1,4 @@
-// Package reload watches the descriptor directory and hands each new, fully
-// valid configuration to the daemon. It sees in-place edits, new and removed
-// files, and the symlink swap Kubernetes does when a ConfigMap changes
-// (..data -> ..2026_12_02_...). A change is applied only after the directory has
-// been quiet for the debounce period, and only if every file is valid: a bad
-// edit leaves the running rules, and their buckets, exactly as they were.
-package reload
+package source
 
 import (
 	"context"
@@ -20,12 +14,17 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/sharelimit/sharelimit/descriptors"
-	"github.com/sharelimit/sharelimit/source"
 )
 
-// Watcher reloads Dir on change. Its exported fields are set before Run and not
-// changed after. It starts no goroutine until Run. Only Polling may be called
-// while Run runs.
+// Watcher is the file source: it watches the descriptor directory and hands
+// each new, fully valid set to Apply. It sees in-place edits, new and removed
+// files, and the symlink swap Kubernetes does when a ConfigMap changes
+// (..data -> ..2026_12_02_...). A change is applied only after the directory
+// has been quiet for the debounce period, and only if every file is valid: a
+// bad edit leaves the running rules, and their buckets, exactly as they were.
+//
+// Its exported fields are set before Run and not changed after. It starts no
+// goroutine until Run. Only Polling may be called while Run runs.
 type Watcher struct {
 	Dir string
 	// Debounce is how long the directory must be quiet before a reload.
@@ -36,9 +35,10 @@ type Watcher struct {
 	// while fsnotify works; without fsnotify, 0 means DefaultPoll.
 	Poll time.Duration
 	Log  *slog.Logger
-	// Apply installs a valid set. Error reports a set that failed to load; the
-	// old one stays.
-	Apply func(*descriptors.Set)
+	// Apply installs a valid set. It may refuse it by returning an error, as
+	// every source's apply may (xDS answers that with a NACK). Error reports a
+	// set that failed to load or was refused; the one in force stays.
+	Apply func(*descriptors.Set) error
 	Error func(error)
 
 	last    [32]byte // fingerprint of the contents last loaded or attempted
@@ -65,15 +65,14 @@ func (w *Watcher) Load() error { return w.load(fingerprint(w.Dir)) }
 // load loads Dir, whose contents fingerprint to fp.
 func (w *Watcher) load(fp [32]byte) error {
 	w.last = fp
-	set, err := source.Load(w.Dir)
-	if err != nil {
-		if w.Error != nil {
-			w.Error(err)
-		}
-		return err
+	set, err := Load(w.Dir)
+	if err == nil {
+		err = w.Apply(set)
 	}
-	w.Apply(set)
-	return nil
+	if err != nil && w.Error != nil {
+		w.Error(err)
+	}
+	return err
 }
 
 // Run watches until ctx ends, then returns nil. When fsnotify cannot start or
@@ -178,7 +177,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // that stopped it from reading them.
 func fingerprint(dir string) [32]byte {
 	h := sha256.New()
-	files, err := source.ListDir(dir)
+	files, err := ListDir(dir)
 	if err != nil {
 		fmt.Fprintf(h, "error %v", errors.Unwrap(err))
 		return [32]byte(h.Sum(nil))
