@@ -102,10 +102,11 @@ func (a *autoBool) Set(s string) error {
 
 func (a *autoBool) IsBoolFlag() bool { return true }
 
-var (
-	compareOnly = []string{"pid-a", "pid-b", "label-a", "label-b", "rounds"}
-	noopAllowed = map[string]bool{"serve-noop": true, "json": true}
-)
+// compareOnly are the flags that only compare mode takes.
+func compareOnly() []string { return []string{"pid-a", "pid-b", "label-a", "label-b", "rounds"} }
+
+// noopAllowed reports whether --serve-noop takes the flag.
+func noopAllowed(name string) bool { return name == "serve-noop" || name == "json" }
 
 // Main is `sharelimit bench`. It returns the exit code: 0 when the run completed
 // (whatever the server answered), 2 for bad usage, 1 when the run could not be
@@ -143,7 +144,7 @@ func benchMain(ctx context.Context, args []string, getenv func(string) string, s
 
 	if o.serveNoop != "" {
 		for _, name := range slices.Sorted(maps.Keys(onCmdline)) {
-			if !noopAllowed[name] {
+			if !noopAllowed(name) {
 				return usageError(stderr, fmt.Errorf("--%s: --serve-noop runs a server and takes no load flags", name))
 			}
 		}
@@ -157,7 +158,7 @@ func benchMain(ctx context.Context, args []string, getenv func(string) string, s
 	if given["target-a"] || given["target-b"] {
 		return compareMain(ctx, &o, load, onCmdline, stdout, stderr)
 	}
-	for _, name := range compareOnly {
+	for _, name := range compareOnly() {
 		if onCmdline[name] {
 			return usageError(stderr, fmt.Errorf("--%s: only with --target-a and --target-b", name))
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -52,8 +51,9 @@ func parseStatCPU(b []byte, tick time.Duration) (time.Duration, error) {
 
 // clockTick is the unit of /proc CPU times. The kernel hands it to every process in
 // the auxiliary vector as AT_CLKTCK; without cgo there is no sysconf, so read it from
-// there and fall back to the near-universal 100 Hz.
-var clockTick = sync.OnceValue(func() time.Duration {
+// there and fall back to the near-universal 100 Hz. A run reads it twice per
+// server, so it is not worth caching in a package variable.
+func clockTick() time.Duration {
 	const atClkTck = 17
 	if b, err := os.ReadFile("/proc/self/auxv"); err == nil {
 		if hz := auxvValue(b, atClkTck); hz > 0 && hz <= 1e9 {
@@ -61,7 +61,7 @@ var clockTick = sync.OnceValue(func() time.Duration {
 		}
 	}
 	return 10 * time.Millisecond
-})
+}
 
 // auxvValue finds the value for key in a native-endian auxiliary vector of
 // word-sized pairs.

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/pprof"
@@ -51,11 +52,12 @@ type Admin struct {
 	ready    atomic.Bool
 	draining atomic.Bool
 	version  string
+	page     *template.Template
 }
 
 // NewAdmin returns the admin handler set. view and reload are read per request.
 func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, view func() View, reload func() ReloadStatus) *Admin {
-	return &Admin{svc: svc, engine: engine, metrics: metrics, view: view, reload: reload}
+	return &Admin{svc: svc, engine: engine, metrics: metrics, view: view, reload: reload, page: newStatusPage()}
 }
 
 // SetVersion names the build on the status page.

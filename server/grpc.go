@@ -23,12 +23,14 @@ import (
 
 // HealthServices are the names the gRPC health service answers for: the whole
 // server, upstream's name, and the RLS service's full name.
-var HealthServices = []string{"", "ratelimit", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+func HealthServices() []string {
+	return []string{"", "ratelimit", rlsv3.RateLimitService_ServiceDesc.ServiceName}
+}
 
 // NewHealth returns a health server reporting SERVING for HealthServices.
 func NewHealth() *health.Server {
 	h := health.NewServer()
-	for _, name := range HealthServices {
+	for _, name := range HealthServices() {
 		h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	return h

@@ -293,7 +293,7 @@ func TestWaitPolicyHoldsTheAnswer(t *testing.T) {
 
 func TestHealthService(t *testing.T) {
 	f := newFixture(t, Options{}, 1)
-	for _, name := range HealthServices {
+	for _, name := range HealthServices() {
 		resp, err := f.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
 		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %q: %v %v", name, resp, err)

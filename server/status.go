@@ -18,16 +18,19 @@ type Status struct {
 // topWindow is how far back the status page looks for over-limit keys.
 const topWindow = time.Minute
 
-var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"pct": func(w float64) string { return trimFloat(w*100, 4) + "%" },
-	"num": func(f float64) string { return trimFloat(f, 6) },
-	"time": func(t time.Time) string {
-		if t.IsZero() {
-			return "never"
-		}
-		return t.UTC().Format(time.RFC3339)
-	},
-}).Parse(`<!doctype html>
+// newStatusPage parses the status page's template. It is built once per Admin,
+// not held in a package variable.
+func newStatusPage() *template.Template {
+	return template.Must(template.New("status").Funcs(template.FuncMap{
+		"pct": func(w float64) string { return trimFloat(w*100, 4) + "%" },
+		"num": func(f float64) string { return trimFloat(f, 6) },
+		"time": func(t time.Time) string {
+			if t.IsZero() {
+				return "never"
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
+	}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5">
 <title>sharelimit status</title>
@@ -72,12 +75,13 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 {{end}}</table>{{else}}<p id="overlimit">none</p>{{end}}
 </body></html>
 `))
+}
 
 // statusPage renders the status page at /.
 func (a *Admin) statusPage(w http.ResponseWriter, _ *http.Request) {
 	st := Status{Config: a.Snapshot(), Version: a.version, GeneratedAt: time.Now(), TopOverLimit: a.metrics.overLimit.top(20, topWindow)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := statusPage.Execute(w, st); err != nil {
+	if err := a.page.Execute(w, st); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
 }

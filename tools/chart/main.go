@@ -148,7 +148,11 @@ const (
 	colAxis      = "#222222"
 )
 
-var replicaColours = []string{"#2e9c4a", "#f08c00", "#8e5cc4", "#00a3b4", "#c2185b", "#827717", "#6d4c41", "#455a64"}
+// replicaColour is the line colour of replica i.
+func replicaColour(i int) string {
+	colours := [...]string{"#2e9c4a", "#f08c00", "#8e5cc4", "#00a3b4", "#c2185b", "#827717", "#6d4c41", "#455a64"}
+	return colours[i%len(colours)]
+}
 
 // render writes the chart as SVG.
 func render(w *bytes.Buffer, ts *timeSeries) {
@@ -225,7 +229,7 @@ func render(w *bytes.Buffer, ts *timeSeries) {
 	// than the one before, so those underneath still show at its edges.
 	for i, r := range ts.PerReplica {
 		fmt.Fprintf(w, "<path d=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.2f\"/>\n",
-			stepPath(ts.T, ts.BinSeconds, r.Admitted, x, y), replicaColours[i%len(replicaColours)], replicaWidth(i, len(ts.PerReplica)))
+			stepPath(ts.T, ts.BinSeconds, r.Admitted, x, y), replicaColour(i), replicaWidth(i, len(ts.PerReplica)))
 	}
 	fmt.Fprintf(w, "<path d=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"8 5\"/>\n",
 		stepPath(ts.T, ts.BinSeconds, ts.Limit, x, y), colLimit)
@@ -247,7 +251,7 @@ func render(w *bytes.Buffer, ts *timeSeries) {
 		{"global limit", colLimit, "8 5", "2"},
 	}
 	for i, r := range ts.PerReplica {
-		items = append(items, item{r.Name + " admitted", replicaColours[i%len(replicaColours)], "", fmt.Sprintf("%.2f", replicaWidth(i, len(ts.PerReplica)))})
+		items = append(items, item{r.Name + " admitted", replicaColour(i), "", fmt.Sprintf("%.2f", replicaWidth(i, len(ts.PerReplica)))})
 	}
 	if ts.Offered > 0 {
 		items = append(items, item{"offered", colOffered, "1 3", "1.2"})
