@@ -36,6 +36,9 @@ descriptors:
 		}
 		return code
 	}
+	// A client seen before the flood has drawn 2 of its 10.
+	ordinary("192.0.2.1")
+	ordinary("192.0.2.1")
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -81,9 +84,18 @@ descriptors:
 	if admittedOverflow > 5 {
 		t.Fatalf("flooded override keys admitted %d through overflow, more than one bucket's 5", admittedOverflow)
 	}
-	// An ordinary key seen for the first time after the flood still gets a
-	// bucket of its own if there is room, else the rule's overflow bucket; either
-	// way it is limited, never unmetered.
+	// The client seen before still has its own bucket, with its state: 8 more,
+	// then over.
+	for i := range 8 {
+		if ordinary("192.0.2.1") != OK {
+			t.Fatalf("ordinary key refused at draw %d of its 10", i+3)
+		}
+	}
+	if ordinary("192.0.2.1") == OK {
+		t.Fatal("ordinary key got more than its 10")
+	}
+	// An ordinary key seen for the first time after the flood is limited too,
+	// in a bucket of its own or its rule's overflow bucket, never unmetered.
 	admitted := 0
 	for range 20 {
 		if ordinary("192.0.2.7") == OK {
@@ -91,7 +103,7 @@ descriptors:
 		}
 	}
 	if admitted == 0 || admitted > 10 {
-		t.Fatalf("ordinary key admitted %d of 20 at 10 per hour", admitted)
+		t.Fatalf("new ordinary key admitted %d of 20 at 10 per hour", admitted)
 	}
 }
 
