@@ -22,7 +22,7 @@ func TestSweepDropsRefilledBucketsAndStopsWithContext(t *testing.T) {
 	}
 	store := bucket.NewStore(10)
 	e := descriptors.NewEngine(set, 1, store)
-	if _, err := e.Decide("d", descs("k", "v"), 1, 0, nil); err != nil || store.Live() != 1 {
+	if err := e.Decide(new(descriptors.Decision), "d", descs("k", "v"), 1, 0); err != nil || store.Live() != 1 {
 		t.Fatalf("setup: %v, %d live", err, store.Live())
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -67,11 +67,10 @@ func BenchmarkDecideOverLimit(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		out := make([]Status, 0, 1)
+		dec := Decision{Statuses: make([]Status, 0, 1)}
 		for pb.Next() {
-			var code Code
-			out, code, _ = decide(e, "edge", descs, 1, clock(), out)
-			o.add(out, code)
+			e.Decide(&dec, "edge", descs, 1, clock())
+			o.add(dec.Statuses, dec.Code)
 		}
 	})
 	b.StopTimer()
@@ -93,11 +92,10 @@ func BenchmarkDecideWait(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		out := make([]Status, 0, 1)
+		dec := Decision{Statuses: make([]Status, 0, 1)}
 		for pb.Next() {
-			var code Code
-			out, code, _ = decide(e, "edge", descs, 1, now.Add(int64(500*time.Microsecond)), out)
-			o.add(out, code)
+			e.Decide(&dec, "edge", descs, 1, now.Add(int64(500*time.Microsecond)))
+			o.add(dec.Statuses, dec.Code)
 		}
 	})
 	b.StopTimer()
@@ -120,7 +118,7 @@ func BenchmarkDecideWeightEpochs(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		out := make([]Status, 0, 1)
+		dec := Decision{Statuses: make([]Status, 0, 1)}
 		d := desc("remote_address=")
 		descs := []*commonv3.RateLimitDescriptor{d}
 		i := next.Add(1 << 10)
@@ -130,9 +128,8 @@ func BenchmarkDecideWeightEpochs(b *testing.B) {
 				e.SetWeight(weights[(n/64)%uint64(len(weights))], now.Load())
 			}
 			d.Entries[0].Value = ips[i%uint64(len(ips))]
-			var code Code
-			out, code, _ = decide(e, "edge", descs, 1, now.Add(int64(time.Microsecond)), out)
-			o.add(out, code)
+			e.Decide(&dec, "edge", descs, 1, now.Add(int64(time.Microsecond)))
+			o.add(dec.Statuses, dec.Code)
 		}
 	})
 	b.StopTimer()

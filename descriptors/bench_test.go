@@ -68,17 +68,17 @@ func BenchmarkDecideFixedRule(b *testing.B) {
 	mustMatch(b, e, descs)
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
-		out := make([]Status, 0, 1)
+		dec := Decision{Statuses: make([]Status, 0, 1)}
 		for i := 0; i < b.N; i++ {
-			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
+			e.Decide(&dec, "edge", descs, 1, clock())
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			out := make([]Status, 0, 1)
+			dec := Decision{Statuses: make([]Status, 0, 1)}
 			for pb.Next() {
-				out, _, _ = decide(e, "edge", descs, 1, clock(), out)
+				e.Decide(&dec, "edge", descs, 1, clock())
 			}
 		})
 	})
@@ -101,7 +101,7 @@ func BenchmarkDecidePerValue100k(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		out := make([]Status, 0, 1)
+		dec := Decision{Statuses: make([]Status, 0, 1)}
 		d := desc("remote_address=")
 		descs := []*commonv3.RateLimitDescriptor{d}
 		mustMatch(b, e, descs)
@@ -109,7 +109,7 @@ func BenchmarkDecidePerValue100k(b *testing.B) {
 		for pb.Next() {
 			i++
 			d.Entries[0].Value = ips[i%uint64(len(ips))]
-			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
+			e.Decide(&dec, "edge", descs, 1, clock())
 		}
 	})
 }
@@ -132,9 +132,9 @@ func BenchmarkDecide10Descriptors(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		out := make([]Status, 0, 10)
+		dec := Decision{Statuses: make([]Status, 0, 10)}
 		for pb.Next() {
-			out, _, _ = decide(e, "edge", descs, 1, clock(), out)
+			e.Decide(&dec, "edge", descs, 1, clock())
 		}
 	})
 }
@@ -156,7 +156,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 			}
 			var next atomic.Uint64
 			work := func(pb func() bool) {
-				out := make([]Status, 0, 1)
+				dec := Decision{Statuses: make([]Status, 0, 1)}
 				d := desc("remote_address=")
 				descs := []*commonv3.RateLimitDescriptor{d}
 				mustMatch(b, e, descs)
@@ -164,7 +164,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 				for pb() {
 					i++
 					d.Entries[0].Value = ips[i&(1<<16-1)]
-					out, _, _ = decide(e, "edge", descs, 1, clock(), out)
+					e.Decide(&dec, "edge", descs, 1, clock())
 				}
 			}
 			b.ReportAllocs()

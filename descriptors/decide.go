@@ -33,8 +33,6 @@ type Status struct {
 	Overflow bool
 	// Override: the limit came from the request, not the config.
 	Override bool
-
-	drawn float64 // the tokens the request asked for, to give back a reservation
 }
 
 // installed is a Set with the per-rule hashes the store keys start from.
@@ -52,19 +50,25 @@ type Decision struct {
 	Set *Set
 }
 
-// Decide answers one request. hits is the request's hits_addend; now is on the
-// engine's clock. out is reused when large enough, so a caller that keeps it
-// decides without allocating. Bad input returns a *RequestError and changes no
-// bucket.
-func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64, out []Status) (Decision, error) {
+// Decide answers one request into dec. hits is the request's hits_addend; now
+// is on the engine's clock. dec.Statuses is reused when large enough, so a
+// caller that keeps its Decision decides without allocating (and filling the
+// caller's value, rather than returning one, keeps the hot path as short as
+// it was before Decision existed). Bad input returns a *RequestError and
+// changes no bucket.
+func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64) error {
 	in := e.cur.Load()
+	dec.Set, dec.Code = in.set, OK
+	out := dec.Statuses[:0]
 	if err := Validate(domain, descs); err != nil {
-		return Decision{Statuses: out[:0], Code: OK, Set: in.set}, err
+		dec.Statuses = out
+		return err
 	}
 	if cap(out) < len(descs) {
 		out = make([]Status, len(descs))
 	}
 	out = out[:len(descs)]
+	dec.Statuses = out
 	dom := in.set.domains[domain]
 	for i, d := range descs {
 		st := &out[i]
@@ -95,16 +99,7 @@ func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hi
 			st.Remaining = math.MaxUint32
 			continue
 		}
-		op, n := bucket.Draw, float64(max(hits, 1))
-		if d.HitsAddend != nil {
-			n = float64(d.HitsAddend.Value)
-			if n == 0 {
-				op = bucket.Check
-			}
-		}
-		if d.IsNegativeHits {
-			op = bucket.GiveBack
-		}
+		op, n := operation(d, hits)
 		var req bucket.Request
 		if st.Override {
 			req.Key, req.OverflowKey = e.overrideKeys(domain, d)
@@ -113,7 +108,6 @@ func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hi
 			req.OverflowKey = in.overflow[st.Rule.id]
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
-		st.drawn = n
 		res, ovf := e.store.Do(req, wt, now)
 		st.Overflow = ovf
 		st.Reset, st.Wait = res.Reset, res.Wait
@@ -132,22 +126,24 @@ func (e *Engine) Decide(domain string, descs []*commonv3.RateLimitDescriptor, hi
 		}
 	}
 	if overall == OverLimit {
-		e.cancelWaits(in, domain, descs, out, wt, now)
+		e.cancelWaits(in, domain, descs, hits, out, wt, now)
 	}
-	return Decision{Statuses: out, Code: overall, Set: in.set}, nil
+	dec.Code = overall
+	return nil
 }
 
 // cancelWaits gives back the tokens that wait-policy descriptors reserved in a
 // request answered OVER_LIMIT anyway: holding that answer would only delay a
 // refusal, and the reservation would spend tokens on a request that never
 // passes.
-func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, out []Status, wt *bucket.Weight, now int64) {
+func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, wt *bucket.Weight, now int64) {
 	for i := range out {
 		st := &out[i]
 		if st.Wait == 0 {
 			continue
 		}
-		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: st.drawn}
+		_, n := operation(descs[i], hits)
+		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n}
 		switch {
 		case st.Override:
 			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
@@ -161,6 +157,23 @@ func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.Rat
 		st.Wait, st.Reset = 0, res.Reset
 		st.Remaining = remaining(res.Tokens, wt.W, st.Limit.burst)
 	}
+}
+
+// operation is what descriptor d asks of its bucket: hits tokens (its own
+// hits_addend when set, else the request's, 0 counting as 1), or a check when
+// its own hits_addend is 0, or a give-back with is_negative_hits.
+func operation(d *commonv3.RateLimitDescriptor, hits uint32) (bucket.Op, float64) {
+	op, n := bucket.Draw, float64(max(hits, 1))
+	if d.HitsAddend != nil {
+		n = float64(d.HitsAddend.Value)
+		if n == 0 {
+			op = bucket.Check
+		}
+	}
+	if d.IsNegativeHits {
+		op = bucket.GiveBack
+	}
+	return op, n
 }
 
 // markReplaced drops, within one request, every limit named in another matched

@@ -8,6 +8,7 @@ import (
 // decide is Decide in the shape most tests want: the statuses and the overall
 // code.
 func decide(e *Engine, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64, out []Status) ([]Status, rlsv3.RateLimitResponse_Code, error) {
-	d, err := e.Decide(domain, descs, hits, now, out)
+	d := Decision{Statuses: out}
+	err := e.Decide(&d, domain, descs, hits, now)
 	return d.Statuses, d.Code, err
 }

@@ -51,7 +51,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // NewService returns a service deciding with engine on clock's time.
 func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics, opts Options, log *slog.Logger) *Service {
 	s := &Service{engine: engine, clock: clock, metrics: metrics, opts: opts, log: log}
-	s.pool.New = func() any { b := make([]descriptors.Status, 0, 8); return &b }
+	s.pool.New = func() any { return &descriptors.Decision{Statuses: make([]descriptors.Status, 0, 8)} }
 	return s
 }
 
@@ -65,11 +65,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}()
 	start := time.Now()
-	bp := s.pool.Get().(*[]descriptors.Status)
-	defer s.pool.Put(bp)
-	dec, err := s.engine.Decide(req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock(), (*bp)[:0])
+	dec := s.pool.Get().(*descriptors.Decision)
+	defer s.pool.Put(dec)
+	err = s.engine.Decide(dec, req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock())
 	sts, overall := dec.Statuses, dec.Code
-	*bp = sts[:0]
 	if err != nil {
 		if errors.Is(err, descriptors.ErrInvalidRequest) {
 			s.metrics.invalid.Inc()

@@ -131,7 +131,8 @@ func (h *harness) limit(key string) uint32 {
 func (h *harness) drawn(key string, n int) int {
 	ok := 0
 	for i := 0; i < n; i++ {
-		dec, err := h.engine.Decide("d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0, nil)
+		var dec descriptors.Decision
+		err := h.engine.Decide(&dec, "d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0)
 		if err != nil {
 			h.t.Fatal(err)
 		}

@@ -96,12 +96,29 @@ type Request struct {
 // refused draw costs no memory. overflowed reports that the store was at its
 // cap and r used its overflow bucket instead.
 func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed bool) {
-	res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max))
-	if ok {
+	// The common case, an existing bucket, in one frame and without a defer:
+	// this is the hot path of every decision.
+	sh := &s.shards[r.Key%shardCount]
+	sh.mu.Lock()
+	if e, ok := sh.m[r.Key]; ok {
+		e.advance(r.Params, wt, now)
+		res = e.apply(r.Params, wt.W, r.Op, r.N)
+		sh.m[r.Key] = e
+		sh.mu.Unlock()
+		return res, false
+	}
+	sh.mu.Unlock()
+	return s.create(&r, wt, now)
+}
+
+// create applies r to a bucket that was missing when Do looked, at its own key
+// while the store has room, else at its overflow key.
+func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
+	if res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max)); ok {
 		return res, false
 	}
 	s.overflow.Add(1)
-	res, ok = s.do(r.OverflowKey, r, wt, now, s.max)
+	res, ok := s.do(r.OverflowKey, r, wt, now, s.max)
 	if !ok {
 		// Even the overflow bucket cannot be held: refuse, never admit unmetered.
 		return Result{OK: r.Op == GiveBack}, true
@@ -111,31 +128,26 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 
 // do applies r to the bucket at key. When the bucket is missing, would be kept,
 // and the store already holds limit buckets, it changes nothing and reports
-// false.
-func (s *Store) do(key uint64, r Request, wt *Weight, now int64, limit int64) (Result, bool) {
+// false. Another request may have created the bucket since Do looked, so it
+// looks again under the lock.
+func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64) (Result, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
-	if ok {
-		res := e.do(r, wt, now)
-		sh.m[key] = e
-		return res, true
+	if !ok {
+		e = newEntry(max(now, s.floor.Load()), wt, r.Params)
 	}
-	e = newEntry(max(now, s.floor.Load()), wt, r.Params)
-	res := e.do(r, wt, now)
-	if e.Fill >= 1 {
+	res := e.State.Do(r.Params, wt, now, r.Op, r.N)
+	switch {
+	case ok:
+	case e.Fill >= 1:
 		return res, true // still full: nothing worth keeping
-	}
-	if !s.reserve(limit) {
+	case !s.reserve(limit):
 		return Result{}, false
 	}
 	sh.m[key] = e
 	return res, true
-}
-
-func (e *entry) do(r Request, wt *Weight, now int64) Result {
-	return e.State.Do(r.Params, wt, now, r.Op, r.N)
 }
 
 // reserve counts one more bucket if fewer than limit are held. It is exact
