@@ -54,7 +54,9 @@ type Daemon struct {
 
 // New builds the daemon from cfg: it loads the rules (an invalid config is an
 // error wrapping ErrConfig), sets up membership and opens both listeners. It
-// starts no goroutine. version names the build on the status page.
+// starts no goroutine of its own; the gRPC server's stream workers, which
+// grpc-go starts when it is built, end in Run's stop. A daemon that New
+// returns must be Run. version names the build on the status page.
 func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, clock: monotime.New()}
 	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr} {
@@ -84,6 +86,12 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 			return nil, err
 		}
 	}
+	// Listen before building the gRPC server: grpc-go starts its stream
+	// workers in NewServer, and a listener that fails must leave nothing
+	// running behind it.
+	if err := d.listen(); err != nil {
+		return nil, err
+	}
 	d.health = server.NewHealth()
 	d.streams = server.NewStreamCloser()
 	d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
@@ -91,9 +99,6 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.admin.SetVersion(version)
 	d.admin.SetReady()
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	if err := d.listen(); err != nil {
-		return nil, err
-	}
 	log.Info("sharelimit serving", "version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
 		"membership", d.engine.Weight().W, "source", views.Admin().Source, "max_buckets", cfg.MaxBuckets)
 	return d, nil
@@ -167,7 +172,9 @@ func (d *Daemon) listen() error {
 func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) {
+		// A stop that begins before Serve does (a signal right after start)
+		// makes Serve return ErrServerStopped: that is a clean end too.
+		if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("gRPC server: %w", err)
 		}
 		return nil

@@ -139,7 +139,7 @@ func TestDecideStatusFields(t *testing.T) {
 	}
 	big := out[0]
 	// Cluster burst 50 at w=1/4: local size 12.5, one drawn leaves 11.5 → 46 cluster-wide.
-	if big.Limit == nil || big.Limit.Proto().RequestsPerUnit != 6000 || big.Remaining != 46 {
+	if big.Limit == nil || big.Limit.RequestsPerUnit() != 6000 || big.Remaining != 46 {
 		t.Fatalf("big: %+v", big)
 	}
 	// Time until full: 1 token at the local rate 6000/60/4 = 25/s is 40 ms.
@@ -228,7 +228,7 @@ func TestOverride(t *testing.T) {
 		t.Fatalf("override: %s", got)
 	}
 	out, _ := d.decide(ov(4, typev3.RateLimitUnit_SECOND))
-	if !out[0].Override || out[0].Limit.Proto().RequestsPerUnit != 4 {
+	if !out[0].Override || out[0].Limit.RequestsPerUnit() != 4 {
 		t.Fatalf("status %+v", out[0])
 	}
 	if got := d.codes(1, desc("fixed=one")); got != "O" {

@@ -40,7 +40,7 @@ func Parse(name string, r io.Reader) (*Set, error) {
 func Compile(files ...File) (*Set, error) {
 	var errs []error
 	domains := make([]*Domain, 0, len(files))
-	names := make([]string, 0, len(files))
+	var names []string // nil for no files, as a set loaded from nothing has always said
 	for _, f := range files {
 		names = append(names, f.Name)
 		d, err := parseDomain(f)

@@ -198,3 +198,31 @@ func TestLimitWindowNeverWraps(t *testing.T) {
 		t.Fatalf("window of an unknown unit = %s, want 0", w)
 	}
 }
+
+// TestAccessorsCannotChangeTheRules: what a Rule, Limit or Set hands out is
+// the caller's own; changing it changes nothing in the set.
+func TestAccessorsCannotChangeTheRules(t *testing.T) {
+	set, err := Parse("m.yaml", strings.NewReader(`
+domain: d
+descriptors:
+  - key: k
+    metadata: {owner: {team: a}, tags: [x]}
+    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: other}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := set.Rule(0)
+	r.Metadata()["owner"].(map[string]any)["team"] = "changed"
+	r.Metadata()["tags"].([]any)[0] = "changed"
+	r.Metadata()["new"] = 1
+	r.Limit().Replaces()[0] = "changed"
+	set.Rules()[0] = nil
+	set.Files()[0] = "changed"
+	if got := r.Metadata(); got["owner"].(map[string]any)["team"] != "a" || got["tags"].([]any)[0] != "x" || len(got) != 2 {
+		t.Errorf("metadata changed through a copy: %v", got)
+	}
+	if r.Limit().Replaces()[0] != "other" || set.Rule(0) != r || set.Files()[0] != "m.yaml" {
+		t.Error("a slice handed out was the set's own")
+	}
+}

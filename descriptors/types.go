@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -26,8 +23,7 @@ type Limit struct {
 	policy          Policy
 	maxWait         time.Duration
 
-	params bucket.Params                      // derived from the fields above
-	proto  *rlsv3.RateLimitResponse_RateLimit // current_limit, shared by every response
+	params bucket.Params // derived from the fields above
 }
 
 // RequestsPerUnit is the cluster-wide limit per window.
@@ -60,11 +56,6 @@ func (l *Limit) MaxWait() time.Duration { return l.maxWait }
 // Params are the limit's bucket figures.
 func (l *Limit) Params() bucket.Params { return l.params }
 
-// Proto is the limit as Envoy receives it in current_limit; nil when
-// unlimited. Every response shares the one message, so callers may send it but
-// must never modify it.
-func (l *Limit) Proto() *rlsv3.RateLimitResponse_RateLimit { return l.proto }
-
 // Window is the limit's period: unit × unit_multiplier. It is 0 for an
 // unknown unit. Parse refuses a window past MaxWindow; one built by hand is
 // cut to MaxWindow rather than left to wrap negative.
@@ -79,7 +70,7 @@ func (l *Limit) Window() time.Duration {
 	return d * time.Duration(max(l.unitMultiplier, 1))
 }
 
-// finish derives params and proto from the configured fields.
+// finish derives params from the configured fields.
 func (l *Limit) finish() {
 	if l.unitMultiplier == 0 {
 		l.unitMultiplier = 1
@@ -99,14 +90,6 @@ func (l *Limit) finish() {
 		if l.policy != Wait {
 			l.params.MaxWait = 0
 		}
-	}
-	l.proto = &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.name,
-		RequestsPerUnit: l.requestsPerUnit,
-		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.unit),
-	}
-	if l.unitMultiplier > 1 {
-		l.proto.UnitMultiplier = wrapperspb.UInt32(l.unitMultiplier)
 	}
 }
 
@@ -221,8 +204,40 @@ func (r *Rule) ShareThreshold() bool { return r.shareThreshold }
 // QuotaMode reports the rule's quota_mode.
 func (r *Rule) QuotaMode() bool { return r.quotaMode }
 
-// Metadata returns a copy of the rule's metadata, nil when it has none.
-func (r *Rule) Metadata() map[string]any { return maps.Clone(r.metadata) }
+// Metadata returns a deep copy of the rule's metadata, nil when it has none:
+// nested maps and lists are copied too, so no caller can change the rule's.
+func (r *Rule) Metadata() map[string]any {
+	if r.metadata == nil {
+		return nil
+	}
+	return deepCopy(r.metadata).(map[string]any)
+}
+
+// deepCopy copies the maps and lists a YAML document decodes to; scalars are
+// values already.
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[any]any, len(x))
+		for k, e := range x {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = deepCopy(e)
+		}
+		return out
+	}
+	return v
+}
 
 // Pos is where the rule is written.
 func (r *Rule) Pos() Pos { return r.pos }

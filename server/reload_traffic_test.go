@@ -10,7 +10,9 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
 )
@@ -93,5 +95,33 @@ func TestHeadersDescribeTheOverLimitDescriptor(t *testing.T) {
 	}
 	if h["RateLimit-Limit"] != "2" || h["RateLimit-Remaining"] != "0" {
 		t.Fatalf("headers %v, want those of fixed=one (limit 2)", h)
+	}
+}
+
+// TestCurrentLimitIsTheResponsesOwn: current_limit carries the limit as
+// configured (unit_multiplier included), and a client that changes the message
+// it received changes nothing for the next response.
+func TestCurrentLimitIsTheResponsesOwn(t *testing.T) {
+	f := newFixture(t, Options{}, 1)
+	ov := &commonv3.RateLimitDescriptor{Entries: d("fixed=one").Entries,
+		Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}}
+	first := f.call(ov, d("ip=a"))
+	got := first.Statuses[0].CurrentLimit
+	if got.GetRequestsPerUnit() != 7 || got.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || got.GetUnitMultiplier().GetValue() != 5 {
+		t.Fatalf("override current_limit %v", got)
+	}
+	if ip := first.Statuses[1].CurrentLimit; ip.GetRequestsPerUnit() != 3 || ip.GetUnitMultiplier() != nil {
+		t.Fatalf("rule current_limit %v", ip)
+	}
+	// In process, a response's messages could be shared with the rules; change
+	// them and ask again.
+	resp, err := f.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*commonv3.RateLimitDescriptor{d("ip=b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Statuses[0].CurrentLimit.RequestsPerUnit = 999
+	again, err := f.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*commonv3.RateLimitDescriptor{d("ip=c")}})
+	if err != nil || again.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+		t.Fatalf("after a caller changed a response: %v %v", again, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
 )
@@ -108,14 +109,14 @@ func maxWait(sts []descriptors.Status) time.Duration {
 type one struct {
 	resp rlsv3.RateLimitResponse
 	ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	st   rlsv3.RateLimitResponse_DescriptorStatus
-	dur  durationpb.Duration
+	statusBlock
 }
 
 // statusBlock keeps a status and its duration_until_reset side by side.
 type statusBlock struct {
 	st  rlsv3.RateLimitResponse_DescriptorStatus
 	dur durationpb.Duration
+	lim rlsv3.RateLimitResponse_RateLimit
 }
 
 func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status) *rlsv3.RateLimitResponse {
@@ -124,7 +125,7 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 		o := &one{}
 		o.ptr[0] = &o.st
 		o.resp.Statuses = o.ptr[:]
-		fill(&o.st, &o.dur, &sts[0])
+		o.fill(&sts[0])
 		resp = &o.resp
 	} else {
 		// Three allocations for any count: the response, the pointer slice the
@@ -132,7 +133,7 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sts))}
 		blocks := make([]statusBlock, len(sts))
 		for i := range sts {
-			fill(&blocks[i].st, &blocks[i].dur, &sts[i])
+			blocks[i].fill(&sts[i])
 			resp.Statuses[i] = &blocks[i].st
 		}
 	}
@@ -143,19 +144,29 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 	return resp
 }
 
-func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration, st *descriptors.Status) {
-	out.Code = st.Code
-	if st.Limit == nil {
+// fill writes st into the block. current_limit is built here, in the
+// block's own memory, rather than shared between responses: no message the
+// server hands to grpc-go is reachable from the rules in force.
+func (b *statusBlock) fill(st *descriptors.Status) {
+	b.st.Code = st.Code
+	l := st.Limit
+	if l == nil {
 		return
 	}
-	out.LimitRemaining = st.Remaining
-	if st.Limit.Unlimited() {
+	b.st.LimitRemaining = st.Remaining
+	if l.Unlimited() {
 		return // as upstream: OK, remaining MaxUint32, no current_limit
 	}
-	out.CurrentLimit = st.Limit.Proto()
-	dur.Seconds = int64(st.Reset / time.Second)
-	dur.Nanos = int32(st.Reset % time.Second)
-	out.DurationUntilReset = dur
+	b.lim.Name = l.Name()
+	b.lim.RequestsPerUnit = l.RequestsPerUnit()
+	b.lim.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit())
+	if m := l.UnitMultiplier(); m > 1 {
+		b.lim.UnitMultiplier = wrapperspb.UInt32(m) // rare: one more allocation
+	}
+	b.st.CurrentLimit = &b.lim
+	b.dur.Seconds = int64(st.Reset / time.Second)
+	b.dur.Nanos = int32(st.Reset % time.Second)
+	b.st.DurationUntilReset = &b.dur
 }
 
 // headers describes the descriptor closest to its limit, as upstream does: an

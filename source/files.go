@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,19 +43,26 @@ func Load(paths ...string) (*descriptors.Set, error) {
 		names = append(names, found...)
 	}
 	files := make([]descriptors.File, 0, len(names))
-	for _, name := range names {
+	readErrs := make([]error, len(names))
+	for i, name := range names {
 		f, err := readFile(name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+		readErrs[i] = err
 		files = append(files, f)
 	}
-	set, err := descriptors.Compile(files...)
-	if err != nil || len(errs) > 0 {
-		return nil, errors.Join(append(errs, err)...)
+	if len(errs) == 0 && !slices.ContainsFunc(readErrs, func(err error) bool { return err != nil }) {
+		return descriptors.Compile(files...)
 	}
-	return set, nil
+	// Something could not be read: report it with every file's own errors, in
+	// file order, as if each stood alone. Whether two files define the same
+	// domain waits until every file can be read.
+	for i, f := range files {
+		if readErrs[i] != nil {
+			errs = append(errs, readErrs[i])
+		} else if _, err := descriptors.Compile(f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return nil, errors.Join(errs...)
 }
 
 // readFile reads one config file, and no more than one byte past

@@ -35,3 +35,21 @@ func TestLoadReportsEveryFile(t *testing.T) {
 		t.Fatalf("errors %v", err)
 	}
 }
+
+// TestLoadErrorsInFileOrder: a file that cannot be read is reported in its
+// place among the others' errors, and a domain defined twice is judged only
+// once every file could be read, as before the loader left descriptors.
+func TestLoadErrorsInFileOrder(t *testing.T) {
+	_, err := Load("testdata/bad.yaml", "/proc/self/mem")
+	got := descriptors.Errors(err)
+	if len(got) != 2 || got[0].Pos.File != "testdata/bad.yaml" || got[1].Pos.File != "/proc/self/mem" || !strings.Contains(got[1].Msg, "read") {
+		t.Fatalf("errors out of file order: %v", err)
+	}
+	_, err = Load("testdata/does-not-exist", "testdata/dupdomain")
+	if got := descriptors.Errors(err); len(got) != 1 || !strings.Contains(got[0].Msg, "stat") {
+		t.Fatalf("want only the stat error while a path is missing, got %v", err)
+	}
+	if _, err := Load("testdata/dupdomain"); err == nil || !strings.Contains(err.Error(), "duplicate domain 'same'") {
+		t.Fatalf("duplicate domain not reported: %v", err)
+	}
+}
