@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 )
 
 // assemble joins parsed domains into a Set: it refuses a domain defined twice,
@@ -39,7 +40,7 @@ func assemble(domains []*Domain, files []string) (*Set, error) {
 func (s *Set) number(l *level) {
 	for _, r := range l.order {
 		r.id = len(s.rules)
-		r.identity = r.path + "\x00" + varyingSig(r)
+		r.identity = ruleIdentity(r) + "\x00" + varyingSig(r)
 		if r.limit != nil {
 			r.identity += "\x00" + r.limit.identity()
 			if len(r.limit.replaces) > 0 {
@@ -49,6 +50,25 @@ func (s *Set) number(l *level) {
 		s.rules = append(s.rules, r)
 		s.number(&r.children)
 	}
+}
+
+// ruleIdentity names a rule by its domain and the key and value at every
+// depth, each part prefixed with its length. The dotted path cannot serve:
+// domain "a.b" with key "c" and domain "a" with key "b.c" have the same path,
+// and their rules would share buckets across domains.
+func ruleIdentity(r *Rule) string {
+	var parts []string
+	for x := r; x != nil; x = x.parent {
+		parts = append(parts, x.value, x.key)
+	}
+	parts = append(parts, r.domain)
+	var b []byte
+	for i := len(parts) - 1; i >= 0; i-- {
+		b = strconv.AppendInt(b, int64(len(parts[i])), 10)
+		b = append(b, ':')
+		b = append(b, parts[i]...)
+	}
+	return string(b)
 }
 
 func varyingSig(r *Rule) string {

@@ -55,6 +55,10 @@ type Weight struct {
 	Epoch uint32
 	Since int64 // when this epoch began, on the store's clock
 	prev  *Weight
+	// minW is the smallest W of this epoch and every one before it, trimmed
+	// ones included: the rate a bucket from a trimmed epoch is refilled at for
+	// the time nobody remembers, so the guess is never looser than the truth.
+	minW float64
 }
 
 // keptEpochs bounds the history a Weight keeps. A bucket idle across more changes
@@ -63,7 +67,7 @@ type Weight struct {
 const keptEpochs = 8
 
 // InitialWeight is the first epoch, valid from the beginning of time.
-func InitialWeight(w float64) *Weight { return &Weight{W: w, Since: math.MinInt64} }
+func InitialWeight(w float64) *Weight { return &Weight{W: w, Since: math.MinInt64, minW: w} }
 
 // Next returns the epoch that follows wt, starting at now with share w. The
 // history is copied, not shared, so readers of older epochs never see a change,
@@ -82,7 +86,7 @@ func (wt *Weight) Next(w float64, now int64) *Weight {
 		cp.prev = prev
 		prev = &cp
 	}
-	return &Weight{W: w, Epoch: wt.Epoch + 1, Since: now, prev: prev}
+	return &Weight{W: w, Epoch: wt.Epoch + 1, Since: now, prev: prev, minW: min(w, wt.minW)}
 }
 
 // State is one bucket. Fill is tokens ÷ local size: 1 is full, and it goes below
@@ -116,7 +120,12 @@ func (s *State) advance(p *Params, wt *Weight, now int64) {
 			seg[n] = x
 			n++
 		}
-		oldW := seg[n-1].W // epoch unknown (trimmed): use the oldest kept
+		// The bucket's own epoch, if it is still kept. If not (trimmed, or a
+		// reordered request brought an older history), the time before the
+		// oldest kept epoch refills at the smallest weight ever seen up to
+		// it: under the one-token floor a smaller weight refills slower, so
+		// this errs tighter, never looser.
+		oldW := seg[n-1].minW
 		if x != nil && x.Epoch == s.Epoch {
 			oldW = x.W
 		}

@@ -114,11 +114,11 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 // create applies r to a bucket that was missing when Do looked, at its own key
 // while the store has room, else at its overflow key.
 func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
-	if res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max)); ok {
+	if res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max), s.debt(r, wt, now)); ok {
 		return res, false
 	}
 	s.overflow.Add(1)
-	res, ok := s.do(r.OverflowKey, r, wt, now, s.max)
+	res, ok := s.do(r.OverflowKey, r, wt, now, s.max, 1)
 	if !ok {
 		// Even the overflow bucket cannot be held: refuse, never admit unmetered.
 		return Result{OK: r.Op == GiveBack}, true
@@ -126,17 +126,18 @@ func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
 	return res, true
 }
 
-// do applies r to the bucket at key. When the bucket is missing, would be kept,
-// and the store already holds limit buckets, it changes nothing and reports
-// false. Another request may have created the bucket since Do looked, so it
+// do applies r to the bucket at key, creating it at fill when missing. When
+// the bucket is missing, would be kept, and the store already holds limit
+// buckets, it changes nothing and reports false. Another request may have created the bucket since Do looked, so it
 // looks again under the lock.
-func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64) (Result, bool) {
+func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, fill float64) (Result, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
 	if !ok {
 		e = newEntry(max(now, s.floor.Load()), wt, r.Params)
+		e.Fill = fill
 	}
 	res := e.State.Do(r.Params, wt, now, r.Op, r.N)
 	switch {
@@ -148,6 +149,24 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64) (
 	}
 	sh.m[key] = e
 	return res, true
+}
+
+// debt is the fill a new bucket for r starts at: full, unless r's overflow
+// bucket holds less. A key may have drawn from the overflow bucket while the
+// store was at its cap; when a sweep then frees a place, a full bucket of its
+// own would hand it a second burst at once. Starting at the overflow bucket's
+// fill can only be tighter, for that key and for any other that arrives while
+// the overflow bucket is in use.
+func (s *Store) debt(r *Request, wt *Weight, now int64) float64 {
+	sh := &s.shards[r.OverflowKey%shardCount]
+	sh.mu.Lock()
+	e, ok := sh.m[r.OverflowKey]
+	sh.mu.Unlock()
+	if !ok {
+		return 1
+	}
+	e.advance(r.Params, wt, now) // a copy: the overflow bucket is not changed
+	return min(1, e.Fill)
 }
 
 // reserve counts one more bucket if fewer than limit are held. It is exact
