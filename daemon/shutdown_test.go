@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelimit/sharelimit/internal/testutil"
@@ -62,23 +61,7 @@ func TestStopGRPCEndsOpenStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h, err := watch.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("watch: %v %v", h, err)
-	}
-	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := refl.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	watch, refl := testutil.OpenStreams(t, ctx, conn, "")
 	unary := make(chan error, 1)
 	go func() {
 		_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d"})
