@@ -2,6 +2,7 @@ package server
 
 import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/descriptors"
@@ -61,6 +62,10 @@ type boundRules struct {
 type boundRule struct {
 	series   *ruleSeries
 	detailed *detailedValues // nil unless the rule is detailed in this set
+	// limit is the rule's current_limit, built once per binding and sent in
+	// every response for the rule. Only this package holds it, and grpc-go
+	// only reads it.
+	limit *rlsv3.RateLimitResponse_RateLimit
 }
 
 // Bind prepares the counters of a set before it is installed. Binding a set
@@ -91,6 +96,7 @@ func (m *Metrics) Bind(set *descriptors.Set) {
 		}
 		s.refs++
 		b.rules[i].series = s
+		b.rules[i].limit = currentLimit(r.Limit())
 		if detailed(r) {
 			if s.detailedRefs == 0 {
 				s.detailed = newDetailedValues(m.detailed, r.Domain(), r.Path())
@@ -184,7 +190,10 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 // count never creates a decisions or shadow series (only Bind does), and
 // detailed series are created only by a detailedValues that Unbind has not
 // retired, so a late count cannot bring back a series Unbind deleted.
-func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status) {
+//
+// It returns the binding it counted with, nil when set is no longer bound, so
+// the response can use the binding's current_limit messages.
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status) *boundRules {
 	var b *boundRules
 	if v, ok := m.bound.Load(set); ok {
 		b = v.(*boundRules)
@@ -221,6 +230,7 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 			br.detailed.inc(lastValue(d), code)
 		}
 	}
+	return b
 }
 
 // lookup finds a decision's series in a bound set. It checks that the
@@ -236,6 +246,18 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 		return b.rules[st.Rule.ID()]
 	}
 	return boundRule{}
+}
+
+// lookupLimit is the bound current_limit of a config rule's decision; nil for
+// an override, or when b is nil or not the status's set.
+func (b *boundRules) lookupLimit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLimit {
+	if b == nil || st.Override || st.Rule == nil {
+		return nil
+	}
+	if id := st.Rule.ID(); id < len(b.rules) && b.set.Rule(id) == st.Rule {
+		return b.rules[id].limit
+	}
+	return nil
 }
 
 // unbound finds the series of a decision made with a set that is no longer

@@ -77,11 +77,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts)
+	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts)
 	if s.opts.ShadowMode {
 		overall = descriptors.OK
 	}
-	resp = s.response(overall, sts)
+	resp = s.response(overall, sts, bound)
 	s.metrics.observe(time.Since(start))
 	if wait := maxWait(sts); wait > 0 {
 		s.metrics.waits.Inc()
@@ -116,16 +116,15 @@ type one struct {
 type statusBlock struct {
 	st  rlsv3.RateLimitResponse_DescriptorStatus
 	dur durationpb.Duration
-	lim rlsv3.RateLimitResponse_RateLimit
 }
 
-func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status) *rlsv3.RateLimitResponse {
+func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status, b *boundRules) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	if len(sts) == 1 {
 		o := &one{}
 		o.ptr[0] = &o.st
 		o.resp.Statuses = o.ptr[:]
-		o.fill(&sts[0])
+		o.fill(&sts[0], b)
 		resp = &o.resp
 	} else {
 		// Three allocations for any count: the response, the pointer slice the
@@ -133,7 +132,7 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sts))}
 		blocks := make([]statusBlock, len(sts))
 		for i := range sts {
-			blocks[i].fill(&sts[i])
+			blocks[i].fill(&sts[i], b)
 			resp.Statuses[i] = &blocks[i].st
 		}
 	}
@@ -144,10 +143,11 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 	return resp
 }
 
-// fill writes st into the block. current_limit is built here, in the
-// block's own memory, rather than shared between responses: no message the
-// server hands to grpc-go is reachable from the rules in force.
-func (b *statusBlock) fill(st *descriptors.Status) {
+// fill writes st into the block. current_limit is the binding's message for
+// the rule: built once per reload, held only by this package, never by the
+// rules themselves. A limit without one (an override, or a set unbound by a
+// reload since it decided) gets a message of its own.
+func (b *statusBlock) fill(st *descriptors.Status, bound *boundRules) {
 	b.st.Code = st.Code
 	l := st.Limit
 	if l == nil {
@@ -157,16 +157,28 @@ func (b *statusBlock) fill(st *descriptors.Status) {
 	if l.Unlimited() {
 		return // as upstream: OK, remaining MaxUint32, no current_limit
 	}
-	b.lim.Name = l.Name()
-	b.lim.RequestsPerUnit = l.RequestsPerUnit()
-	b.lim.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit())
-	if m := l.UnitMultiplier(); m > 1 {
-		b.lim.UnitMultiplier = wrapperspb.UInt32(m) // rare: one more allocation
+	if b.st.CurrentLimit = bound.lookupLimit(st); b.st.CurrentLimit == nil {
+		b.st.CurrentLimit = currentLimit(l)
 	}
-	b.st.CurrentLimit = &b.lim
 	b.dur.Seconds = int64(st.Reset / time.Second)
 	b.dur.Nanos = int32(st.Reset % time.Second)
 	b.st.DurationUntilReset = &b.dur
+}
+
+// currentLimit is l as Envoy receives it in current_limit; nil when unlimited.
+func currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	if l == nil || l.Unlimited() {
+		return nil
+	}
+	out := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name(),
+		RequestsPerUnit: l.RequestsPerUnit(),
+		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit()),
+	}
+	if m := l.UnitMultiplier(); m > 1 {
+		out.UnitMultiplier = wrapperspb.UInt32(m)
+	}
+	return out
 }
 
 // headers describes the descriptor closest to its limit, as upstream does: an
