@@ -171,16 +171,28 @@ func (p *parser) descriptors(v *yaml.Node, path, domain string, parent *Rule, de
 			return l
 		}
 		if r := p.descriptor(item, ipath, domain, parent, depth); r != nil {
-			if !l.add(r) {
-				p.errorf(item, ipath, "duplicate descriptor composite key '%s'", r.path)
+			if first := l.add(r); first != nil {
+				p.errorf(item, ipath, "duplicate descriptor composite key '%s' (first at %d:%d)", r.path, first.pos.Line, first.pos.Col)
 			}
 		}
 	}
 	return l
 }
 
-// add puts r in the level, unless a rule with the same composite key is there.
-func (l *level) add(r *Rule) bool {
+// add puts r in the level, unless a rule with the same composite key is
+// there: then it returns that rule.
+func (l *level) add(r *Rule) (first *Rule) {
+	// Upstream keys a level by the composite key_value string, so key "a_b"
+	// and key "a" with value "b" are one descriptor to it; two rules there
+	// would also share one stats path. Refuse them as upstream does.
+	c := composite(r.key, r.value)
+	if prev := l.composites[c]; prev != nil {
+		return prev
+	}
+	if l.composites == nil {
+		l.composites = map[string]*Rule{}
+	}
+	l.composites[c] = r
 	g := l.byKey[r.key]
 	if g == nil {
 		g = &keyGroup{exact: map[string]*Rule{}}
@@ -188,25 +200,14 @@ func (l *level) add(r *Rule) bool {
 	}
 	switch r.kind {
 	case Exact:
-		if g.exact[r.value] != nil {
-			return false
-		}
 		g.exact[r.value] = r
 	case KeyOnly:
-		if g.def != nil {
-			return false
-		}
 		g.def = r
 	case Wildcard:
-		for _, w := range g.wild {
-			if w.value == r.value {
-				return false
-			}
-		}
 		g.wild = append(g.wild, r)
 	}
 	l.order = append(l.order, r)
-	return true
+	return nil
 }
 
 func composite(key, value string) string {

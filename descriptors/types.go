@@ -256,8 +256,9 @@ func (r *Rule) PerValue() bool { return slices.Contains(r.varying, true) }
 
 // level is the set of rules at one depth under one parent.
 type level struct {
-	byKey map[string]*keyGroup
-	order []*Rule
+	byKey      map[string]*keyGroup
+	order      []*Rule
+	composites map[string]*Rule // by upstream's composite key_value
 }
 
 type keyGroup struct {
