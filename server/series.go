@@ -251,13 +251,7 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 // lookupLimit is the bound current_limit of a config rule's decision; nil for
 // an override, or when b is nil or not the status's set.
 func (b *boundRules) lookupLimit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLimit {
-	if b == nil || st.Override || st.Rule == nil {
-		return nil
-	}
-	if id := st.Rule.ID(); id < len(b.rules) && b.set.Rule(id) == st.Rule {
-		return b.rules[id].limit
-	}
-	return nil
+	return b.lookup(st, "").limit // an override's boundRule carries no limit
 }
 
 // unbound finds the series of a decision made with a set that is no longer

@@ -128,8 +128,8 @@ func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
 
 // do applies r to the bucket at key, creating it at fill when missing. When
 // the bucket is missing, would be kept, and the store already holds limit
-// buckets, it changes nothing and reports false. Another request may have created the bucket since Do looked, so it
-// looks again under the lock.
+// buckets, it changes nothing and reports false. Another request may have
+// created the bucket since Do looked, so it looks again under the lock.
 func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, fill float64) (Result, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
@@ -198,7 +198,10 @@ func (s *Store) Max() int { return int(s.max) }
 func (s *Store) Sweep(wt *Weight, now int64) int {
 	// The floor is raised before anything is dropped, so a request that finds
 	// its bucket gone (under the same shard lock) also sees the floor.
-	for f := s.floor.Load(); f < now && !s.floor.CompareAndSwap(f, now); f = s.floor.Load() {
+	for f := s.floor.Load(); f < now; f = s.floor.Load() {
+		if s.floor.CompareAndSwap(f, now) {
+			break
+		}
 	}
 	dropped := 0
 	for i := range s.shards {
