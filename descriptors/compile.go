@@ -9,16 +9,20 @@ import (
 
 // assemble joins parsed domains into a Set: it refuses a domain defined twice,
 // numbers the rules, and gives each the identity its buckets are keyed by.
-func assemble(domains []*Domain, files []string) (*Set, error) {
+func assemble(domains []*Domain, files []string, opts CompileOptions) (*Set, error) {
 	s := &Set{domains: map[string]*Domain{}, files: files}
 	var errs []error
 	for _, d := range domains {
-		if prev, dup := s.domains[d.name]; dup {
+		prev, dup := s.domains[d.name]
+		switch {
+		case dup && opts.MergeDomains:
+			errs = append(errs, mergeDomain(prev, d)...)
+		case dup:
 			errs = append(errs, &Error{Pos: Pos{d.file, 1, 1}, Path: "domain",
 				Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", d.name, prev.file)})
-			continue
+		default:
+			s.domains[d.name] = d
 		}
-		s.domains[d.name] = d
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -34,6 +38,20 @@ func assemble(domains []*Domain, files []string) (*Set, error) {
 		s.number(&s.domains[n].root)
 	}
 	return s, nil
+}
+
+// mergeDomain adds the top-level rules of d, a later file's part of the same
+// domain, to into. A rule whose composite key into already has is refused,
+// naming where the first one stands.
+func mergeDomain(into, d *Domain) []error {
+	var errs []error
+	for _, r := range d.root.order {
+		if first := into.root.add(r); first != nil {
+			errs = append(errs, &Error{Pos: r.pos, Path: "descriptors",
+				Msg: fmt.Sprintf("duplicate descriptor composite key '%s' (first at %s)", r.path, first.pos)})
+		}
+	}
+	return errs
 }
 
 // number appends the rules of l and below to s.rules, depth-first.

@@ -33,6 +33,11 @@ type Status struct {
 	Overflow bool
 	// Override: the limit came from the request, not the config.
 	Override bool
+	// Quota: the descriptor is in quota mode (its rule's quota_mode, or the
+	// engine's global quota mode). An over-limit quota descriptor is OVER_LIMIT
+	// in its own status, but refuses the request only together with every
+	// other quota descriptor of the request.
+	Quota bool
 }
 
 // installed is a Set with the per-rule hashes the store keys start from.
@@ -41,8 +46,10 @@ type Status struct {
 type Decision struct {
 	// Statuses has one status per request descriptor, in order.
 	Statuses []Status
-	// Code is OVER_LIMIT if any non-shadow descriptor is over its limit, and OK
-	// otherwise; never UNKNOWN.
+	// Code is OVER_LIMIT if a descriptor that is neither in shadow nor in quota
+	// mode is over its limit, or if the request has quota-mode descriptors and
+	// every one of them is over; OK otherwise, never UNKNOWN. This is
+	// upstream's rule.
 	Code Code
 	// Set is the set the request was decided with. A reload may install another
 	// the moment Decide returns; whatever reads the statuses' rules (metrics,
@@ -88,15 +95,23 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 		markReplaced(out)
 	}
 	wt := e.weight.Load()
+	quotaAll := e.quota.Load()
 	overall := OK
+	quotas, quotasOver := 0, 0
 	for i, d := range descs {
 		st := &out[i]
 		lim := st.Limit
-		if lim == nil || st.Replaced {
+		if lim != nil && lim.unlimited {
+			st.Remaining = math.MaxUint32
 			continue
 		}
-		if lim.unlimited {
-			st.Remaining = math.MaxUint32
+		// As upstream: under global quota mode every descriptor that is not
+		// unlimited is a quota descriptor, matched or not; otherwise those whose
+		// rule says quota_mode (an override never inherits it).
+		if st.Quota = quotaAll || (st.Rule != nil && st.Rule.quotaMode && lim != nil); st.Quota {
+			quotas++
+		}
+		if lim == nil || st.Replaced {
 			continue
 		}
 		op, n := operation(d, hits)
@@ -122,8 +137,15 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 			// As upstream: an OVER_LIMIT descriptor has nothing left, whatever
 			// fraction of a token the local bucket holds.
 			st.Code = OverLimit
-			overall = OverLimit
+			if st.Quota {
+				quotasOver++
+			} else {
+				overall = OverLimit
+			}
 		}
+	}
+	if quotas > 0 && quotasOver == quotas {
+		overall = OverLimit
 	}
 	if overall == OverLimit {
 		e.cancelWaits(in, domain, descs, hits, out, wt, now)

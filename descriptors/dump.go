@@ -18,12 +18,15 @@ func (s *Set) Dump() string {
 	for _, n := range names {
 		d := s.domains[n]
 		fmt.Fprintf(&b, "domain %s\n", d.name)
-		dumpLevel(&b, &d.root, 1)
+		dumpLevel(&b, d.file, &d.root, 1)
 	}
 	return b.String()
 }
 
-func dumpLevel(b *strings.Builder, l *level, depth int) {
+// dumpLevel writes the rules of l; file is the domain's first file, which a
+// rule's position names only when the rule comes from another (a merged
+// domain).
+func dumpLevel(b *strings.Builder, file string, l *level, depth int) {
 	for _, r := range l.order {
 		b.WriteString(strings.Repeat("  ", depth))
 		fmt.Fprintf(b, "%s [%s]", composite(r.key, r.value), r.kind)
@@ -58,7 +61,11 @@ func dumpLevel(b *strings.Builder, l *level, depth int) {
 			sort.Strings(keys)
 			fmt.Fprintf(b, " metadata=%s", strings.Join(keys, ","))
 		}
-		fmt.Fprintf(b, " @%d:%d\n", r.pos.Line, r.pos.Col)
-		dumpLevel(b, &r.children, depth+1)
+		if r.pos.File != file {
+			fmt.Fprintf(b, " @%s:%d:%d\n", r.pos.File, r.pos.Line, r.pos.Col)
+		} else {
+			fmt.Fprintf(b, " @%d:%d\n", r.pos.Line, r.pos.Col)
+		}
+		dumpLevel(b, file, &r.children, depth+1)
 	}
 }

@@ -25,6 +25,7 @@ type Engine struct {
 	seed      maphash.Seed
 	overrides atomic.Pointer[map[overrideSpec]*Limit]
 	ovMu      sync.Mutex
+	quota     atomic.Bool
 }
 
 // NewEngine returns an engine deciding with set at weight w, keeping buckets in
@@ -55,6 +56,13 @@ func (e *Engine) Swap(set *Set) *Set {
 	}
 	return old.set
 }
+
+// SetQuotaMode turns global quota mode on or off: every descriptor that is not
+// unlimited is then in quota mode, as upstream's QUOTA_MODE.
+func (e *Engine) SetQuotaMode(on bool) { e.quota.Store(on) }
+
+// QuotaMode reports global quota mode.
+func (e *Engine) QuotaMode() bool { return e.quota.Load() }
 
 // Set returns the installed set.
 func (e *Engine) Set() *Set { return e.cur.Load().set }

@@ -13,6 +13,11 @@ import (
 // importing it (the source imports this package).
 func compileFiles(t testing.TB, paths ...string) (*Set, error) {
 	t.Helper()
+	return compileFilesWith(t, CompileOptions{}, paths...)
+}
+
+func compileFilesWith(t testing.TB, opts CompileOptions, paths ...string) (*Set, error) {
+	t.Helper()
 	var files []File
 	for _, p := range paths {
 		names := []string{p}
@@ -38,5 +43,5 @@ func compileFiles(t testing.TB, paths ...string) (*Set, error) {
 			files = append(files, File{Name: n, Data: data})
 		}
 	}
-	return Compile(files...)
+	return CompileWith(opts, files...)
 }

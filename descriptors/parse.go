@@ -34,10 +34,21 @@ func Parse(name string, r io.Reader) (*Set, error) {
 	return Compile(File{Name: name, Data: data})
 }
 
+// CompileOptions change how files join into one Set.
+type CompileOptions struct {
+	// MergeDomains joins files that name the same domain into one domain, as
+	// upstream's MERGE_DOMAIN_CONFIG; a descriptor that two of them define is
+	// still an error. Without it, a domain defined twice is an error.
+	MergeDomains bool
+}
+
 // Compile parses every file, one domain each, and joins them into one Set.
 // Every problem in every file is reported, joined, as *Error values; a
 // domain defined twice is one of them.
-func Compile(files ...File) (*Set, error) {
+func Compile(files ...File) (*Set, error) { return CompileWith(CompileOptions{}, files...) }
+
+// CompileWith is Compile with options.
+func CompileWith(opts CompileOptions, files ...File) (*Set, error) {
 	var errs []error
 	domains := make([]*Domain, 0, len(files))
 	var names []string // nil for no files, as a set loaded from nothing has always said
@@ -53,7 +64,7 @@ func Compile(files ...File) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return assemble(domains, names)
+	return assemble(domains, names, opts)
 }
 
 // parser collects the errors of one file.
@@ -95,6 +106,9 @@ func parseDomain(f File) (*Domain, error) {
 		root = root.Content[0]
 	}
 	p := &parser{file: name}
+	if p.expandMerges(root); len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
 	d := p.domain(root)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)

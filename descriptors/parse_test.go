@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -226,3 +230,42 @@ descriptors:
 		t.Error("a slice handed out was the set's own")
 	}
 }
+
+// TestMergeDomains: with MergeDomains, files naming one domain are one
+// domain, as upstream's MERGE_DOMAIN_CONFIG; a descriptor defined in two of
+// them is still refused, naming both places. Without it, the same files are
+// refused as a duplicate domain.
+func TestMergeDomains(t *testing.T) {
+	merge := CompileOptions{MergeDomains: true}
+	set, err := compileFilesWith(t, merge, "testdata/mergedomain/ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/mergedomain/ok.golden", set.Dump())
+	d := &decider{t: t, e: NewEngine(set, 1, bucket.NewStore(0))}
+	sts, _, err := decide(d.e, "shop", descs(desc("checkout=x")), 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0].Rule == nil || sts[0].Rule.Pos().File != "testdata/mergedomain/ok/b.yaml" {
+		t.Fatalf("checkout matched %v, want the rule from b.yaml", sts[0].Rule)
+	}
+	if _, code, _ := decide(d.e, "shop", descs(desc("checkout=x")), 0, 0, nil); code.String() != "OK" {
+		t.Fatalf("second checkout: %s, want OK (2 per second)", code)
+	}
+	if _, code, _ := decide(d.e, "shop", descs(desc("checkout=x")), 0, 0, nil); code.String() != "OVER_LIMIT" {
+		t.Fatalf("third checkout: %s, want OVER_LIMIT (2 per second)", code)
+	}
+
+	_, err = compileFilesWith(t, merge, "testdata/mergedomain/dup")
+	if err == nil {
+		t.Fatal("a descriptor defined in two merged files was accepted")
+	}
+	golden(t, "testdata/mergedomain/dup.err", err.Error()+"\n")
+
+	if _, err := compileFiles(t, "testdata/mergedomain/ok"); err == nil || !strings.Contains(err.Error(), "duplicate domain 'shop'") {
+		t.Fatalf("without merging: %v, want a duplicate domain error", err)
+	}
+}
+
+func descs(d ...*commonv3.RateLimitDescriptor) []*commonv3.RateLimitDescriptor { return d }
