@@ -98,7 +98,7 @@ func TestMetricsAndPprof(t *testing.T) {
 		`sharelimit_decisions_total{code="OK",domain="test",rule="test.fixed_one"} 1`,
 		`sharelimit_decisions_total{code="OVER_LIMIT",domain="test",rule="test.fixed_one"} 1`,
 		`sharelimit_shadow_over_limit_total{domain="test",rule="test.shadow"} 1`,
-		`sharelimit_decisions_detailed_total{code="OK",domain="test",rule="test.detailed",value="v1"} 1`,
+		`sharelimit_decisions_detailed_total{code="OK",domain="test",key="test.detailed_v1",rule="test.detailed"} 1`,
 		`sharelimit_buckets 3`,
 		`sharelimit_request_duration_seconds_count 5`,
 	} {
@@ -118,7 +118,7 @@ func TestDetailedMetricCardinalityBound(t *testing.T) {
 	}
 	_, body := get(t, srv.URL+"/metrics")
 	n := strings.Count(body, `sharelimit_decisions_detailed_total{code="OK"`)
-	if n > maxDetailedValues+1 || !strings.Contains(body, `value="_other_"`) {
+	if n > maxDetailedValues+1 || !strings.Contains(body, `key="_other_"`) {
 		t.Fatalf("%d detailed series", n)
 	}
 }

@@ -1,15 +1,15 @@
 package server
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// detailedValues are one rule path's per-value series, at most
-// maxDetailedValues values and then otherValue. Every bound set in which the
+// detailedValues are one rule path's series by stats key (upstream's
+// domain.key_value... for each request), at most maxDetailedValues keys and
+// then otherValue. Every bound set in which the
 // rule is detailed shares them, so no reload can reset the cap and let clients
 // mint another maxDetailedValues series.
 //
@@ -44,12 +44,14 @@ func newDetailedValues(vec *prometheus.CounterVec, domain, rule string) *detaile
 	return dv
 }
 
-func (dv *detailedValues) inc(value string, code int) {
-	e := (*dv.vals.Load())[value]
+// inc counts one decision under key, upstream's stats key for it. key is only
+// read: the map keeps a copy.
+func (dv *detailedValues) inc(key []byte, code int) {
+	e := (*dv.vals.Load())[string(key)]
 	if e == nil && dv.full.Load() {
 		// The insert that filled the map happened before full was set, so this
-		// load sees the final map: the value is in it, or it is an other.
-		if e = (*dv.vals.Load())[value]; e == nil {
+		// load sees the final map: the key is in it, or it is an other.
+		if e = (*dv.vals.Load())[string(key)]; e == nil {
 			e = &dv.other
 		}
 	}
@@ -59,11 +61,11 @@ func (dv *detailedValues) inc(value string, code int) {
 			return
 		}
 	}
-	dv.slow(value, e, code)
+	dv.slow(key, e, code)
 }
 
 // slow admits a new value, or creates a code's series, under the lock.
-func (dv *detailedValues) slow(value string, e *detailedEntry, code int) {
+func (dv *detailedValues) slow(key []byte, e *detailedEntry, code int) {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	if dv.dead {
@@ -73,7 +75,7 @@ func (dv *detailedValues) slow(value string, e *detailedEntry, code int) {
 	}
 	if e == nil {
 		vals := *dv.vals.Load()
-		if e = vals[value]; e == nil {
+		if e = vals[string(key)]; e == nil {
 			if len(vals) >= maxDetailedValues {
 				e = &dv.other
 			} else {
@@ -81,9 +83,8 @@ func (dv *detailedValues) slow(value string, e *detailedEntry, code int) {
 				for k, v := range vals {
 					next[k] = v
 				}
-				// The map outlives the request: keep the value, not the buffer
-				// it may point into.
-				e = &detailedEntry{value: strings.Clone(value)}
+				// The map outlives the request: keep a copy of the key.
+				e = &detailedEntry{value: string(key)}
 				next[e.value] = e
 				dv.vals.Store(&next)
 				if len(next) >= maxDetailedValues {

@@ -13,10 +13,10 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
-// maxDetailedValues bounds the label values a detailed_metric or value_to_metric
-// rule may create: past it, further values are counted under "_other_". Request
-// values are chosen by clients; without a bound they would grow memory and the
-// scrape without limit.
+// maxDetailedValues bounds the stats keys a detailed_metric or value_to_metric
+// rule may create: past it, further keys are counted under "_other_". Request
+// values, and so the keys, are chosen by clients; without a bound they would
+// grow memory and the scrape without limit.
 const maxDetailedValues = 100
 
 // Metrics are the series of the request path (decisions, latency, refusals),
@@ -58,7 +58,7 @@ func NewMetrics(store *bucket.Store) *Metrics {
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_decisions_total",
 		Help: "Decisions per descriptor, by domain, rule (the config path, or 'override') and code (OK, OVER_LIMIT)."}, []string{"domain", "rule", "code"})
 	m.detailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_decisions_detailed_total",
-		Help: "Decisions of detailed_metric / value_to_metric rules with the request's value; at most 100 values per rule, then _other_."}, []string{"domain", "rule", "value", "code"})
+		Help: "Decisions of detailed_metric / value_to_metric rules by upstream's stats key for the request (domain.key_value...); at most 100 keys per rule, then _other_."}, []string{"domain", "rule", "key", "code"})
 	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_shadow_over_limit_total",
 		Help: "Decisions a shadow-mode rule answered OK that would have been OVER_LIMIT."}, []string{"domain", "rule"})
 	m.noLimit = prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_no_limit_total",

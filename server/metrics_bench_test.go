@@ -34,7 +34,7 @@ descriptors:
 		m.count(set, "api", d, sts)
 	}
 	// The fixture must hit the per-value series, not _other_ or nothing.
-	if got := matching(series(b, m), "sharelimit_decisions_detailed_total", `value="key-`); len(got) != keys || sum(got) != keys {
+	if got := matching(series(b, m), "sharelimit_decisions_detailed_total", `key="api.api_key_key-`); len(got) != keys || sum(got) != keys {
 		b.Fatalf("fixture counted %v, want %d values once each", got, keys)
 	}
 	var worker atomic.Uint32

@@ -245,8 +245,9 @@ descriptors:
 		detailed := matching(series(t, m), "sharelimit_decisions_detailed_total", `rule="d.k"`)
 		values := map[string]bool{}
 		for k := range detailed {
-			_, v, _ := strings.Cut(k, `value="`)
-			values[strings.TrimSuffix(v, `"}`)] = true
+			_, v, _ := strings.Cut(k, `key="`)
+			v, _, _ = strings.Cut(v, `"`)
+			values[v] = true
 		}
 		if len(values) > maxDetailedValues+1 || !values["_other_"] {
 			t.Fatalf("%s: %d values exported (want at most %d and _other_)", when, len(values), maxDetailedValues)
@@ -257,7 +258,7 @@ descriptors:
 	}
 	countNew(maxDetailedValues + 50)
 	check("first set")
-	first := `sharelimit_decisions_detailed_total{code="OK",domain="d",rule="d.k",value="10.0.0.0"}`
+	first := `sharelimit_decisions_detailed_total{code="OK",domain="d",key="d.k_10.0.0.0",rule="d.k"}`
 	if got := series(t, m)[first]; got != 1 {
 		t.Fatalf("%s = %v, want 1", first, got)
 	}
@@ -391,10 +392,54 @@ descriptors:
 
 	m.Bind(parseSet(t, "domain: d\ndescriptors: []\n"))
 	m.Unbind(old)
-	stale.detailed.inc("seen", 1) // a code the value has not used
-	stale.detailed.inc("new", 0)  // a value never admitted
+	stale.detailed.inc([]byte("seen"), 1) // a code the value has not used
+	stale.detailed.inc([]byte("new"), 0)  // a value never admitted
 	stale.series.ok.Inc()
 	if got := matching(series(t, m), `rule="d.gone"`); len(got) > 0 {
 		t.Fatalf("a late count brought back a removed rule's series: %v", got)
+	}
+}
+
+// TestDetailedKeyIsUpstreamsFullPath: a detailed_metric or value_to_metric
+// decision is counted under upstream's stats key for the whole request, every
+// level's value included, not under the last entry's value alone. A
+// value_to_metric on a parent level (with no limit of its own) counts too.
+func TestDetailedKeyIsUpstreamsFullPath(t *testing.T) {
+	t.Parallel()
+	set := parseSet(t, `
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: tenant
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 10}
+`)
+	m := newTestMetrics()
+	m.Bind(set)
+	e := descriptors.NewEngine(set, 1, bucket.NewStore(0))
+	for _, req := range [][]string{{"route", "draw", "method", "GET"}, {"tenant", "acme", "user", "42"}} {
+		d := &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{
+			{Key: req[0], Value: req[1]}, {Key: req[2], Value: req[3]}}}
+		descs := []*commonv3.RateLimitDescriptor{d}
+		var dec descriptors.Decision
+		if err := e.Decide(&dec, "d", descs, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		m.count(dec.Set, "d", descs, dec.Statuses)
+	}
+	got := matching(series(t, m), "sharelimit_decisions_detailed_total")
+	for _, want := range []string{
+		`sharelimit_decisions_detailed_total{code="OK",domain="d",key="d.route_draw.method",rule="d.route.method"}`,
+		`sharelimit_decisions_detailed_total{code="OK",domain="d",key="d.tenant_acme.user_42",rule="d.tenant.user"}`,
+	} {
+		if got[want] != 1 {
+			t.Errorf("%s = %v, want 1; all: %v", want, got[want], got)
+		}
 	}
 }

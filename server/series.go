@@ -30,7 +30,7 @@ func codeIndex(st *descriptors.Status) int {
 	return 0
 }
 
-func detailed(r *descriptors.Rule) bool { return r.DetailedMetric() || r.ValueToMetric() }
+func detailed(r *descriptors.Rule) bool { return r.MetricKeyVaries() }
 
 // ruleKey names a rule's series.
 type ruleKey struct{ domain, path string }
@@ -227,7 +227,8 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 			br.series.shadow.Inc()
 		}
 		if br.detailed != nil {
-			br.detailed.inc(lastValue(d), code)
+			var buf [256]byte
+			br.detailed.inc(st.Rule.AppendMetricKey(buf[:0], d.GetEntries()), code)
 		}
 	}
 	return b

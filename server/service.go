@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -212,12 +211,4 @@ func closer(a, b *descriptors.Status) bool {
 		return aOver
 	}
 	return a.Remaining < b.Remaining
-}
-
-// lastValue is the value a detailed metric is labelled with.
-func lastValue(d *commonv3.RateLimitDescriptor) string {
-	if n := len(d.GetEntries()); n > 0 {
-		return d.Entries[n-1].GetValue()
-	}
-	return ""
 }
