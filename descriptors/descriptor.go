@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -74,17 +75,65 @@ func (p *parser) descriptorField(d *ruleDraft, key string, k, v *yaml.Node, fp s
 	}
 }
 
+// metadata reads a descriptor's metadata: any map, which upstream turns into a
+// protobuf Struct for response dynamic metadata. It is kept as JSON's types
+// (map[string]any, []any, string, float64, bool, nil), so that conversion
+// cannot fail later: keys are their text, as upstream formats them; numbers
+// are float64, as a Struct holds them; other scalars (timestamps, binary) are
+// their text.
 func (p *parser) metadata(v *yaml.Node, path string) map[string]any {
 	if v.Kind != yaml.MappingNode {
 		p.errorf(v, path, "want a map, got %s", kindName(v))
 		return nil
 	}
-	var m map[string]any
-	if err := v.Decode(&m); err != nil {
-		p.errorf(v, path, "%v", err)
+	m, _ := p.jsonValue(v, path, 0).(map[string]any)
+	return m
+}
+
+func (p *parser) jsonValue(v *yaml.Node, path string, depth int) any {
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if depth > MaxDepth {
+		p.errorf(v, path, "metadata nested deeper than %d levels", MaxDepth)
 		return nil
 	}
-	return m
+	switch v.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(v.Content)/2)
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k := v.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				p.errorf(k, path, "metadata key is %s, want a scalar", kindName(k))
+				continue
+			}
+			m[k.Value] = p.jsonValue(v.Content[i+1], path+"."+k.Value, depth+1)
+		}
+		return m
+	case yaml.SequenceNode:
+		l := make([]any, len(v.Content))
+		for i, c := range v.Content {
+			l[i] = p.jsonValue(c, fmt.Sprintf("%s[%d]", path, i), depth+1)
+		}
+		return l
+	case yaml.ScalarNode:
+		switch v.Tag {
+		case "!!null":
+			return nil
+		case "!!bool":
+			return p.boolean(v, path)
+		case "!!int", "!!float":
+			var f float64
+			if err := v.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				p.errorf(v, path, "metadata number %s is not a finite number", v.Value)
+				return nil
+			}
+			return f
+		}
+		return v.Value
+	}
+	p.errorf(v, path, "unreadable metadata")
+	return nil
 }
 
 // checkDescriptor holds the rules that span fields: a key is required,

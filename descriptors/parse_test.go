@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -269,3 +270,32 @@ func TestMergeDomains(t *testing.T) {
 }
 
 func descs(d ...*commonv3.RateLimitDescriptor) []*commonv3.RateLimitDescriptor { return d }
+
+// TestMetadataAsJSON: metadata is kept in the types a protobuf Struct holds,
+// so response dynamic metadata can always be built from it: numbers are
+// float64, keys and odd scalars their text, aliases and merges resolved.
+func TestMetadataAsJSON(t *testing.T) {
+	set := mustParse(t, `
+domain: md
+descriptors:
+  - key: a
+    metadata:
+      team: &team payments
+      owners: [x, *team]
+      nested: {limit: 5, ratio: 0.5, on: true, none: ~, when: 2001-12-14, 7: seven, hex: 0x10}
+      shared: &base {a: 1}
+      merged: {<<: *base, b: 2}
+    rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	got := set.Rules()[0].Metadata()
+	want := map[string]any{
+		"team":   "payments",
+		"owners": []any{"x", "payments"},
+		"nested": map[string]any{"limit": 5.0, "ratio": 0.5, "on": true, "none": nil, "when": "2001-12-14", "7": "seven", "hex": 16.0},
+		"shared": map[string]any{"a": 1.0},
+		"merged": map[string]any{"a": 1.0, "b": 2.0},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("metadata\n got %#v\nwant %#v", got, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
 )
@@ -66,6 +67,9 @@ type boundRule struct {
 	// every response for the rule. Only this package holds it, and grpc-go
 	// only reads it.
 	limit *rlsv3.RateLimitResponse_RateLimit
+	// metadata is the rule's metadata for response dynamic metadata, built
+	// once per binding; nil when it has none. Never changed after Bind.
+	metadata *structpb.Struct
 }
 
 // Bind prepares the counters of a set before it is installed. Binding a set
@@ -97,6 +101,7 @@ func (m *Metrics) Bind(set *descriptors.Set) {
 		s.refs++
 		b.rules[i].series = s
 		b.rules[i].limit = currentLimit(r.Limit())
+		b.rules[i].metadata = ruleMetadata(r)
 		if detailed(r) {
 			if s.detailedRefs == 0 {
 				s.detailed = newDetailedValues(m.detailed, r.Domain(), r.Path())
@@ -253,6 +258,18 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 // an override, or when b is nil or not the status's set.
 func (b *boundRules) lookupLimit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLimit {
 	return b.lookup(st, "").limit // an override's boundRule carries no limit
+}
+
+// lookupMetadata is the metadata of a config rule's decision: the binding's
+// when b is the status's set, else built from the rule itself.
+func (b *boundRules) lookupMetadata(st *descriptors.Status) *structpb.Struct {
+	if b != nil && !st.Override && st.Rule != nil && st.Rule.ID() < len(b.rules) && b.set.Rule(st.Rule.ID()) == st.Rule {
+		return b.rules[st.Rule.ID()].metadata
+	}
+	if st.Rule == nil {
+		return nil
+	}
+	return ruleMetadata(st.Rule)
 }
 
 // unbound finds the series of a decision made with a set that is no longer

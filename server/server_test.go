@@ -46,6 +46,12 @@ func newFixture(t *testing.T, opts Options, weight float64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newFixtureSet(t, opts, weight, set)
+}
+
+// newFixtureSet is newFixture deciding with set.
+func newFixtureSet(t *testing.T, opts Options, weight float64, set *descriptors.Set) *fixture {
+	t.Helper()
 	f := &fixture{t: t}
 	store := bucket.NewStore(0)
 	f.engine = descriptors.NewEngine(nil, weight, store)

@@ -33,6 +33,9 @@ type Options struct {
 	HeaderLimit     string
 	HeaderRemaining string
 	HeaderReset     string
+	// DynamicMetadata adds upstream's response dynamic metadata (see
+	// dynamicMetadata).
+	DynamicMetadata bool
 }
 
 // Service answers ShouldRateLimit from the engine. Safe for concurrent use.
@@ -81,6 +84,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		overall = descriptors.OK
 	}
 	resp = s.response(overall, sts, bound)
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, sts, bound)
+	}
 	s.metrics.observe(time.Since(start))
 	if wait := maxWait(sts); wait > 0 {
 		s.metrics.waits.Inc()
