@@ -23,6 +23,11 @@ import (
 // a directory, dotfiles ignored) into one Set. Every error in every file is
 // reported, each as a *descriptors.Error with its file:line:col.
 func Load(paths ...string) (*descriptors.Set, error) {
+	return LoadWith(descriptors.CompileOptions{}, paths...)
+}
+
+// LoadWith is Load with compile options (merged domains).
+func LoadWith(opts descriptors.CompileOptions, paths ...string) (*descriptors.Set, error) {
 	var names []string
 	var errs []error
 	for _, path := range paths {
@@ -50,7 +55,7 @@ func Load(paths ...string) (*descriptors.Set, error) {
 		files = append(files, f)
 	}
 	if len(errs) == 0 && !slices.ContainsFunc(readErrs, func(err error) bool { return err != nil }) {
-		return descriptors.Compile(files...)
+		return descriptors.CompileWith(opts, files...)
 	}
 	// Something could not be read: report it with every file's own errors, in
 	// file order, as if each stood alone. Whether two files define the same

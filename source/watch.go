@@ -40,6 +40,8 @@ type Watcher struct {
 	// set that failed to load or was refused; the one in force stays.
 	Apply func(*descriptors.Set) error
 	Error func(error)
+	// Options are how the files compile into one set (merged domains).
+	Options descriptors.CompileOptions
 
 	last    [32]byte // fingerprint of the contents last loaded or attempted
 	polling atomic.Bool
@@ -65,7 +67,7 @@ func (w *Watcher) Load() error { return w.load(fingerprint(w.Dir)) }
 // load loads Dir, whose contents fingerprint to fp.
 func (w *Watcher) load(fp [32]byte) error {
 	w.last = fp
-	set, err := Load(w.Dir)
+	set, err := LoadWith(w.Options, w.Dir)
 	if err == nil {
 		err = w.Apply(set)
 	}

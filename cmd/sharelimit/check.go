@@ -15,14 +15,15 @@ func check(args []string, stdout, stderr io.Writer) int {
 	replicas := fs.Int("replicas", 1, "warn about shares that drop below one request at this replica count")
 	quiet := fs.Bool("q", false, "print nothing on success")
 	dump := fs.Bool("v", false, "print the compiled rules")
+	merge := fs.Bool("merge-domain-config", false, "merge files that name the same domain, as the daemon's --merge-domain-config")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 || *replicas < 1 {
-		fmt.Fprintln(stderr, "usage: sharelimit check [--replicas N] [-q] [-v] PATH...")
+		fmt.Fprintln(stderr, "usage: sharelimit check [--replicas N] [--merge-domain-config] [-q] [-v] PATH...")
 		return 2
 	}
-	set, err := source.Load(fs.Args()...)
+	set, err := source.LoadWith(descriptors.CompileOptions{MergeDomains: *merge}, fs.Args()...)
 	if err != nil {
 		printErrors(stderr, err)
 		return 1
