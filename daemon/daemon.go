@@ -82,7 +82,7 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	var tlsConfig *tls.Config
 	if cfg.GRPCTLSCert != "" {
 		var err error
-		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA); err != nil {
+		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA, ""); err != nil {
 			return nil, err
 		}
 	}

@@ -140,8 +140,10 @@ func (s *closableStream) RecvMsg(m any) error {
 }
 
 // TLSConfig loads the server certificate and, when clientCA is set, requires
-// client certificates signed by it (mTLS).
-func TLSConfig(certFile, keyFile, clientCA string) (*tls.Config, error) {
+// client certificates signed by it (mTLS). clientSAN, when set (it needs
+// clientCA), also requires the client certificate to name it among its
+// subject alternative names, as upstream's GRPC_CLIENT_TLS_SAN.
+func TLSConfig(certFile, keyFile, clientCA, clientSAN string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("load gRPC TLS key pair: %w", err)
@@ -158,6 +160,20 @@ func TLSConfig(certFile, keyFile, clientCA string) (*tls.Config, error) {
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	if clientSAN != "" {
+		if clientCA == "" {
+			return nil, fmt.Errorf("a client SAN to check needs a client CA")
+		}
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("client sent no certificate")
+			}
+			if err := cs.PeerCertificates[0].VerifyHostname(clientSAN); err != nil {
+				return fmt.Errorf("client certificate does not name %q: %w", clientSAN, err)
+			}
+			return nil
+		}
 	}
 	return cfg, nil
 }

@@ -48,7 +48,7 @@ func newPKI(t *testing.T) pki {
 	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour),
-			NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature}
+			NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{name + ".test"}, KeyUsage: x509.KeyUsageDigitalSignature}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func newPKI(t *testing.T) pki {
 
 func TestMutualTLS(t *testing.T) {
 	p := newPKI(t)
-	cfg, err := TLSConfig(p.srvCert, p.srvKey, p.caCert)
+	cfg, err := TLSConfig(p.srvCert, p.srvKey, p.caCert, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +98,48 @@ func TestMutualTLS(t *testing.T) {
 	if err := call(insecure.NewCredentials()); err == nil {
 		t.Fatal("plaintext client was served")
 	}
-	if _, err := TLSConfig(p.srvCert, p.srvKey, filepath.Join(p.dir, "missing.pem")); err == nil {
+	if _, err := TLSConfig(p.srvCert, p.srvKey, filepath.Join(p.dir, "missing.pem"), ""); err == nil {
 		t.Fatal("missing CA accepted")
+	}
+}
+
+// TestClientSAN: with a client SAN to check, as upstream's
+// GRPC_CLIENT_TLS_SAN, a client certificate from the right CA is served only
+// when it names that SAN.
+func TestClientSAN(t *testing.T) {
+	p := newPKI(t)
+	roots := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(p.caCert)
+	roots.AppendCertsFromPEM(caPEM)
+	clientCert, _ := tls.LoadX509KeyPair(p.cliCert, p.cliKey)
+	req := &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*commonv3.RateLimitDescriptor{d("free=x")}}
+	f := newFixture(t, Options{}, 1)
+	for _, tc := range []struct {
+		san    string
+		served bool
+	}{{"client.test", true}, {"envoy.test", false}} {
+		cfg, err := TLSConfig(p.srvCert, p.srvKey, p.caCert, tc.san)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := NewGRPCServer(f.svc, NewHealth(), cfg)
+		lis, _ := net.Listen("tcp", "127.0.0.1:0")
+		go gs.Serve(lis)
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+		cancel()
+		conn.Close()
+		gs.Stop()
+		if served := err == nil; served != tc.served {
+			t.Errorf("SAN %q: served %v (%v), want %v", tc.san, served, err, tc.served)
+		}
+	}
+	if _, err := TLSConfig(p.srvCert, p.srvKey, "", "client.test"); err == nil {
+		t.Error("a SAN without a client CA was accepted")
 	}
 }
 
