@@ -18,8 +18,8 @@ func assemble(domains []*Domain, files []string, opts CompileOptions) (*Set, err
 		case dup && opts.MergeDomains:
 			errs = append(errs, mergeDomain(prev, d)...)
 		case dup:
-			errs = append(errs, &Error{Pos: Pos{d.file, 1, 1}, Path: "domain",
-				Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", d.name, prev.file)})
+			errs = append(errs, &Error{Pos: d.pos, Path: "domain",
+				Msg: fmt.Sprintf("duplicate domain '%s' in config file (also at %s)", d.name, prev.pos)})
 		default:
 			s.domains[d.name] = d
 		}

@@ -136,8 +136,9 @@ func (p *parser) jsonValue(v *yaml.Node, path string, depth int) any {
 	return nil
 }
 
-// checkDescriptor holds the rules that span fields: a key is required,
-// share_threshold needs a wildcard, and a limit cannot replace itself.
+// checkDescriptor holds the rules that span fields: a key is required, and
+// share_threshold needs a wildcard. (That a limit cannot replace itself is
+// checked with the limit, where the replaces entries' positions are known.)
 func (p *parser) checkDescriptor(d *ruleDraft, n *yaml.Node, path string) {
 	r := d.Rule
 	if r.key == "" {
@@ -147,15 +148,6 @@ func (p *parser) checkDescriptor(d *ruleDraft, n *yaml.Node, path string) {
 	if r.shareThreshold && kindOf(r.value) != Wildcard {
 		p.errorf(d.shareKey, path+".share_threshold", "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite(r.key, r.value))
 		d.ok = false
-	}
-	if r.limit == nil {
-		return
-	}
-	for i, name := range r.limit.replaces {
-		if name == r.limit.name {
-			p.errorf(n, fmt.Sprintf("%s.rate_limit.replaces[%d]", path, i), "replaces should not contain name of same descriptor")
-			d.ok = false
-		}
 	}
 }
 

@@ -25,6 +25,7 @@ type limitDraft struct {
 	hasUnit                                         bool
 	hasRPU                                          bool
 	unit, rpu, unlimited, mult, burst, policy, wait *yaml.Node
+	replaceNodes                                    []*yaml.Node // by replaces index
 }
 
 // limit reads a rate_limit block. Each field is read by a step of its own, in
@@ -40,6 +41,11 @@ func (p *parser) limit(n *yaml.Node, path string) *Limit {
 	unit := p.checkUnit(&d, n, path)
 	p.checkRequests(&d, n, path)
 	p.checkPolicy(&d, path)
+	for i, name := range d.replaces {
+		if name == d.name {
+			p.errorf(d.replaceNodes[i], fmt.Sprintf("%s.replaces[%d]", path, i), "replaces should not contain name of same descriptor")
+		}
+	}
 	if len(p.errs) > before {
 		return nil
 	}
@@ -62,7 +68,7 @@ func (p *parser) limitField(d *limitDraft, key string, k, v *yaml.Node, fp strin
 	case "name":
 		d.name = p.str(v, fp)
 	case "replaces":
-		d.replaces = p.replaces(v, fp)
+		d.replaces, d.replaceNodes = p.replaces(v, fp)
 	case "unit_multiplier":
 		p.unitMultiplier(d, v, fp)
 	case "burst":
@@ -167,25 +173,30 @@ func (p *parser) checkPolicy(d *limitDraft, path string) {
 
 func isNameKey(k string) bool { return k == "name" }
 
-func (p *parser) replaces(v *yaml.Node, path string) []string {
+func (p *parser) replaces(v *yaml.Node, path string) ([]string, []*yaml.Node) {
 	if v.Kind != yaml.SequenceNode {
 		p.errorf(v, path, "want a list of {name: ...}, got %s", kindName(v))
-		return nil
+		return nil, nil
 	}
 	var out []string
+	var nodes []*yaml.Node
 	for i, item := range v.Content {
 		ip := fmt.Sprintf("%s[%d]", path, i)
+		if item.Kind == yaml.AliasNode && item.Alias != nil {
+			item = item.Alias
+		}
 		if item.Kind != yaml.MappingNode {
 			p.errorf(item, ip, "yaml file contains list of type other than map: %s", strings.TrimSpace(describe(item)))
 			continue
 		}
-		name := ""
-		p.fields(item, ip, isNameKey, func(_ string, _, v *yaml.Node) { name = p.str(v, ip+".name") })
+		name, at := "", item
+		p.fields(item, ip, isNameKey, func(_ string, _, v *yaml.Node) { name, at = p.str(v, ip+".name"), v })
 		if name == "" {
 			p.errorf(item, ip, "should not have an empty replaces entry")
 			continue
 		}
 		out = append(out, name)
+		nodes = append(nodes, at)
 	}
-	return out
+	return out, nodes
 }

@@ -138,6 +138,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 		case "domain":
 			domNode = k
 			d.name = p.str(v, "domain")
+			d.pos = Pos{p.file, k.Line, k.Column}
 		case "descriptors":
 			d.root = p.descriptors(v, "descriptors", d.name, nil, 1)
 		}

@@ -271,6 +271,7 @@ type keyGroup struct {
 type Domain struct {
 	name string
 	file string
+	pos  Pos // where the domain key is written
 	root level
 }
 
