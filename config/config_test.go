@@ -71,6 +71,28 @@ func TestValidate(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, "--log-format"},
 		{"missing dir", []string{"--config-dir", dir + "/missing"}, "--config-dir"},
 		{"consul wait bound", []string{"--consul-wait", "1h"}, "--consul-wait"},
+		{"config type", []string{"--config-type", "ads"}, "--config-type: want FILE or GRPC_XDS_SOTW"},
+		{"xds flag without xds", []string{"--xds-server-url", "xds:1"}, "--xds-server-url: has no effect without --config-type GRPC_XDS_SOTW"},
+		{"xds backoff without xds", []string{"--xds-backoff-max", "2m"}, "--xds-backoff-max: has no effect without --config-type GRPC_XDS_SOTW"},
+		{"xds tls without xds", []string{"--xds-tls"}, "--xds-tls: has no effect without --config-type GRPC_XDS_SOTW"},
+		{"xds url empty", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-server-url", ""}, "--xds-server-url: must not be empty"},
+		{"xds node id empty", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-node-id", ""}, "--xds-node-id: must not be empty"},
+		{"xds metadata", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-node-metadata", "zone"}, "--xds-node-metadata: entry 1 has no"},
+		{"xds headers", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-headers", "x-a:1,b"}, "--xds-headers: entry 2 has no"},
+		{"xds header name", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-headers", "bad header:1"}, "--xds-headers: \"bad header\" is not a valid gRPC metadata key"},
+		{"xds header names differ only in case", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-headers", "X-A:1,x-a:2"}, "--xds-headers: \"x-a\" is given twice"},
+		{"xds tls files need --xds-tls", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-tls-ca", "/ca.pem"}, "--xds-tls-ca: has no effect without --xds-tls"},
+		{"xds tls pair", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-tls", "--xds-tls-key", "/k"}, "--xds-tls-cert and --xds-tls-key go together"},
+		{"xds tls files exist", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-tls", "--xds-tls-ca", dir + "/missing.pem"}, "--xds-tls-ca:"},
+		{"xds backoff initial", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-backoff-initial", "0"}, "--xds-backoff-initial: must be positive"},
+		{"xds backoff max", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-backoff-initial", "1m", "--xds-backoff-max", "10s"}, "--xds-backoff-max: must be at least --xds-backoff-initial"},
+		{"xds jitter", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-backoff-jitter", "1.5"}, "--xds-backoff-jitter: must be between 0 and 1"},
+		{"xds message size", []string{"--config-type", "GRPC_XDS_SOTW", "--xds-max-msg-size", "-1"}, "--xds-max-msg-size: must not be negative"},
+		{"debug addr loopback", []string{"--debug-addr", "0.0.0.0:6070"}, "--debug-addr: 0.0.0.0 is not a loopback"},
+		{"debug addr form", []string{"--debug-addr", "6070"}, "--debug-addr: want host:port"},
+		{"debug addr unix", []string{"--debug-addr", "unix:/x"}, "--debug-addr: want host:port"},
+		{"debug addr clash", []string{"--debug-addr", "127.0.0.1:8080"}, "--debug-addr: 127.0.0.1:8080 is also --http-addr"},
+		{"client san needs ca", []string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,6 +109,17 @@ func TestValidate(t *testing.T) {
 	c, _ := Parse("serve", []string{"--config-dir", dir, "--grpc-addr", "0.0.0.0:8081", "--allow-remote", "--grpc-addr", "unix:/tmp/x.sock"}, env(nil), io.Discard)
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// With xDS the rules do not come from a directory: a missing one is fine,
+	// and so are the xDS settings.
+	c, _ = Parse("serve", []string{"--config-dir", dir + "/missing", "--config-type", "grpc_xds_sotw", "--xds-server-url", "xds:18000",
+		"--xds-node-metadata", "zone:a,tier=edge", "--xds-headers", "x-tenant:blue", "--xds-tls", "--xds-tls-san", "xds.example",
+		"--debug-addr", "127.0.0.1:6070", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env(nil), io.Discard)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ConfigType != ConfigXDS {
+		t.Fatalf("config type %q", c.ConfigType)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors"
@@ -50,6 +51,10 @@ type Daemon struct {
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
+	// The debug listener (--debug-addr, upstream's DEBUG_PORT): the admin
+	// handler again; nil when not asked for.
+	debug    *http.Server
+	debugLis net.Listener
 }
 
 // New builds the daemon from cfg: it loads the rules (an invalid config is an
@@ -59,13 +64,14 @@ type Daemon struct {
 // returns must be Run. version names the build on the status page.
 func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, clock: monotime.New()}
-	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr} {
+	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr, cfg.DebugAddr} {
 		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
 			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "addr", a)
 		}
 	}
 	store := bucket.NewStore(cfg.MaxBuckets)
 	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
+	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
 	views := newViews(membership.NewStatic(cfg.Replicas).View(), d.engine, d.clock, metrics.Registry)
 	rules := newInstaller(d.engine, metrics, cfg.ConfigDir, log)
@@ -78,11 +84,12 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	svc := server.NewService(d.engine, d.clock, metrics, server.Options{
 		ShadowMode: cfg.ShadowMode, ResponseHeaders: cfg.ResponseHeaders,
 		HeaderLimit: cfg.HeaderLimit, HeaderRemaining: cfg.HeaderRemaining, HeaderReset: cfg.HeaderReset,
+		DynamicMetadata: cfg.ResponseDynamicMetadata,
 	}, log.With("component", "grpc"))
 	var tlsConfig *tls.Config
 	if cfg.GRPCTLSCert != "" {
 		var err error
-		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA, ""); err != nil {
+		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA, cfg.GRPCTLSClientSAN); err != nil {
 			return nil, err
 		}
 	}
@@ -97,11 +104,39 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
 	d.admin = server.NewAdmin(svc, d.engine, metrics, views.Admin, rules.Status)
 	d.admin.SetVersion(version)
-	d.admin.SetReady()
+	// Ready unless health waits for a config with a domain in it (upstream's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
+	// says again.
+	d.setReady(d.readyWith(d.engine.Set()))
+	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)) })
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("sharelimit serving", "version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
-		"membership", d.engine.Weight().W, "source", views.Admin().Source, "max_buckets", cfg.MaxBuckets)
+	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
+	if d.debugLis != nil {
+		d.debug = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		attrs = append(attrs, "debug", d.debugLis.Addr().String())
+	}
+	log.Info("sharelimit serving", append(attrs, "membership", d.engine.Weight().W, "source", views.Admin().Source,
+		"max_buckets", cfg.MaxBuckets, "quota_mode", cfg.QuotaMode)...)
 	return d, nil
+}
+
+// readyWith reports whether health says SERVING with set in force: always,
+// unless --healthy-with-at-least-one-config-loaded asks for a domain.
+func (d *Daemon) readyWith(set *descriptors.Set) bool {
+	return !d.cfg.HealthyWithConfig || len(set.Domains()) > 0
+}
+
+// setReady sets both health endpoints: /healthcheck and gRPC health. After
+// the drain has begun, gRPC health stays NOT_SERVING whatever this says.
+func (d *Daemon) setReady(ok bool) {
+	d.admin.SetReady(ok)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range server.HealthServices() {
+		d.health.SetServingStatus(name, st)
+	}
 }
 
 // loadRules loads the config dir once; from then on the watcher reloads it,
@@ -110,6 +145,7 @@ func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
 	d.watcher = &source.Watcher{
 		Dir: d.cfg.ConfigDir, Debounce: d.cfg.ReloadDebounce, Poll: source.DefaultPoll,
 		Log: d.log.With("component", "reload"), Apply: rules.install,
+		Options: descriptors.CompileOptions{MergeDomains: d.cfg.MergeDomainConfig},
 	}
 	// The watcher knows no metrics; the gauge reads it. A 1 means reloads wait
 	// for the poll: on a node, usually fs.inotify.max_user_instances is spent.
@@ -122,10 +158,17 @@ func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
 		}
 		return 0
 	}))
-	if err := d.watcher.Load(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
+	err := d.watcher.Load()
 	d.watcher.Error = rules.reject
+	if err != nil {
+		if !d.cfg.ForceStart {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		// Upstream's FORCE_START_WITHOUT_INITIAL_CONFIG: serve with no rules
+		// (every request OK) and load the directory as soon as it is valid.
+		rules.reject(err)
+		d.log.Warn("first config invalid; serving with no rules until it loads (--force-start-without-initial-config)")
+	}
 	return nil
 }
 
@@ -163,6 +206,13 @@ func (d *Daemon) listen() error {
 		d.grpcLis.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	if d.cfg.DebugAddr != "" {
+		if d.debugLis, err = net.Listen("tcp", d.cfg.DebugAddr); err != nil {
+			d.grpcLis.Close()
+			d.httpLis.Close()
+			return fmt.Errorf("debug listener: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -185,6 +235,14 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		}
 		return nil
 	})
+	if d.debug != nil {
+		g.Go(func() error {
+			if err := d.debug.Serve(d.debugLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("debug server: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return d.watcher.Run(gctx) })
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
 	if d.consul != nil {
@@ -198,11 +256,19 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		d.log.Info("shutting down: draining", "drain", d.cfg.Drain)
 		d.admin.SetDraining()
 		d.health.Shutdown()
-		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.http)
+		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.httpServers()...)
 		d.log.Info("stopped")
 		return nil
 	})
 	return g.Wait()
+}
+
+// httpServers are the admin server and, when there is one, the debug server.
+func (d *Daemon) httpServers() []*http.Server {
+	if d.debug == nil {
+		return []*http.Server{d.http}
+	}
+	return []*http.Server{d.http, d.debug}
 }
 
 // sweep drops refilled buckets every interval until ctx ends.

@@ -22,8 +22,9 @@ type installer struct {
 	log     *slog.Logger
 	dir     string
 
-	mu     sync.Mutex
-	status server.ReloadStatus
+	mu        sync.Mutex
+	status    server.ReloadStatus
+	installed func(*descriptors.Set) // called after each install; set once before sources run
 
 	reloads    *prometheus.CounterVec
 	lastOK     prometheus.Gauge
@@ -65,6 +66,9 @@ func (in *installer) install(set *descriptors.Set) error {
 	in.lastOK.Set(float64(now.UnixNano()) / 1e9)
 	in.generation.Set(float64(gen))
 	in.rules.Set(float64(set.Len()))
+	if in.installed != nil {
+		in.installed(set)
+	}
 	in.log.Info("config loaded", "dir", in.dir, "generation", gen, "files", len(set.Files()), "domains", len(set.Domains()), "descriptors", set.Len())
 	if len(set.Files()) == 0 {
 		in.log.Warn("config dir has no *.yaml or *.yml files: every request is OK", "dir", in.dir)
@@ -74,6 +78,10 @@ func (in *installer) install(set *descriptors.Set) error {
 	}
 	return nil
 }
+
+// onInstall has fn called after every install, with the set put in force.
+// Call it before any source runs.
+func (in *installer) onInstall(fn func(*descriptors.Set)) { in.installed = fn }
 
 // reject records a config that failed to load; the rules in force stay.
 func (in *installer) reject(err error) {

@@ -25,15 +25,17 @@ type shutdown struct {
 	Log *slog.Logger
 }
 
-// run drains, then stops gs and hs. closeStreams ends the gRPC streams that
-// would otherwise hold a graceful stop open. It reports whether the gRPC stop
-// had to be forced.
-func (s shutdown) run(gs grpcStopper, closeStreams func(), hs *http.Server) (forced bool) {
+// run drains, then stops gs and each of hs. closeStreams ends the gRPC
+// streams that would otherwise hold a graceful stop open. It reports whether
+// the gRPC stop had to be forced.
+func (s shutdown) run(gs grpcStopper, closeStreams func(), hs ...*http.Server) (forced bool) {
 	if s.drain() {
 		s.Log.Warn("signalled again: cutting the drain short and stopping now")
 	}
 	forced = s.stopGRPC(gs, closeStreams)
-	s.stopHTTP(hs)
+	for _, h := range hs {
+		s.stopHTTP(h)
+	}
 	return forced
 }
 

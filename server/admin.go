@@ -63,8 +63,9 @@ func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, view f
 // SetVersion names the build on the status page.
 func (a *Admin) SetVersion(v string) { a.version = v }
 
-// SetReady marks the first config as loaded: /healthcheck answers 200 from then.
-func (a *Admin) SetReady() { a.ready.Store(true) }
+// SetReady sets whether /healthcheck answers 200 (while not draining): the
+// daemon says so once the config it needs is in force.
+func (a *Admin) SetReady(ok bool) { a.ready.Store(ok) }
 
 // SetDraining makes /healthcheck answer 503 for the rest of the process's
 // life, and sharelimit_draining 1.

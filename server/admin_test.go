@@ -36,7 +36,7 @@ func TestHealthcheck(t *testing.T) {
 	if code, _ := get(t, srv.URL+"/healthcheck"); code != 503 {
 		t.Fatalf("before the first config: %d", code)
 	}
-	a.SetReady()
+	a.SetReady(true)
 	if code, body := get(t, srv.URL+"/healthcheck"); code != 200 || body != "OK" {
 		t.Fatalf("ready: %d %q", code, body)
 	}

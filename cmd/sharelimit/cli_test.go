@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -86,7 +87,7 @@ func TestServeRejectsInvalidConfigWithEveryError(t *testing.T) {
 	b, _ := os.ReadFile("../../descriptors/testdata/invalid/many_errors.yaml")
 	os.WriteFile(filepath.Join(dir, "bad.yaml"), b, 0o644)
 	var out bytes.Buffer
-	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, func(string) string { return "" }, &out)
+	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, nil, &out)
 	if code != 1 || strings.Count(out.String(), "bad.yaml:") != 4 {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}
@@ -139,6 +140,14 @@ func TestHealthcheckCommand(t *testing.T) {
 	status = http.StatusServiceUnavailable
 	if code := healthcheck(context.Background(), nil, env, &out, &out); code != 1 {
 		t.Fatalf("draining: exit %d", code)
+	}
+	// And from upstream's HOST and PORT, as a container moving from upstream
+	// keeps them; 0.0.0.0 is reached on loopback.
+	status = http.StatusOK
+	_, port, _ := net.SplitHostPort(addr)
+	upstream := func(k string) string { return map[string]string{"HOST": "0.0.0.0", "PORT": port}[k] }
+	if code := healthcheck(context.Background(), nil, upstream, &out, &out); code != 0 {
+		t.Fatalf("upstream's HOST and PORT: exit %d %s", code, out.String())
 	}
 	srv.Close()
 	if code := healthcheck(context.Background(), []string{"--http-addr", addr, "--timeout", "200ms"}, env, &out, &out); code != 1 {

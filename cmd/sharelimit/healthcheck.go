@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -15,20 +16,27 @@ import (
 // otherwise. It exists for exec probes: the container image has no shell and no
 // curl, and the admin listener is loopback-only, so a probe must run inside the
 // pod's network namespace. It reads --http-addr like serve does, including
-// SHARELIMIT_HTTP_ADDR, so it finds the daemon without extra configuration.
+// SHARELIMIT_HTTP_ADDR and upstream's HOST and PORT, so it finds the daemon
+// without extra configuration.
 func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("http-addr", "", "the daemon's admin address (default: $"+config.EnvName("http-addr")+", else 127.0.0.1:8080)")
+	addr := fs.String("http-addr", "", "the daemon's admin address (default: $"+config.EnvName("http-addr")+", else upstream's $HOST:$PORT, else 127.0.0.1:8080)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *addr == "" {
-		*addr = getenv(config.EnvName("http-addr"))
-	}
-	if *addr == "" {
+		// The address serve would listen on: SHARELIMIT_HTTP_ADDR, else
+		// upstream's HOST and PORT, else the default. A host that listens on
+		// every address is reached on loopback.
 		*addr = config.Defaults().HTTPAddr
+		if cfg, err := config.Parse("healthcheck", nil, getenv, io.Discard); err == nil {
+			*addr = cfg.HTTPAddr
+		}
+		if host, port, err := net.SplitHostPort(*addr); err == nil && (host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+			*addr = net.JoinHostPort("127.0.0.1", port)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, os.Getenv, stderr)
+		return serve(ctx, args, os.Environ(), stderr)
 	case "check":
 		return check(args, stdout, stderr)
 	case "explain":

@@ -27,8 +27,9 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 
 // serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains. A
 // second signal during the stop makes it stop at once.
-func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	cfg, err := config.Parse("serve", args, getenv, stderr)
+// environ is the process's environment, as os.Environ gives it.
+func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
+	cfg, err := config.ParseEnviron("serve", args, environ, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -42,6 +43,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return 2
 	}
 	log := newLogger(cfg, stderr)
+	for _, n := range cfg.Notices {
+		log.Log(ctx, n.Level, n.Message, "variables", n.Vars)
+	}
 	d, err := daemon.New(cfg, log, version)
 	if errors.Is(err, daemon.ErrConfig) {
 		printErrors(stderr, err)
