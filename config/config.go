@@ -14,9 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +43,7 @@ type Config struct {
 	// ConfigType is where the rules come from: ConfigFile or ConfigXDS.
 	ConfigType     string
 	ConfigDir      string
+	ConfigAllFiles bool
 	ReloadDebounce time.Duration
 	// MergeDomainConfig merges files that define the same domain, as
 	// upstream's MERGE_DOMAIN_CONFIG, instead of refusing them.
@@ -174,6 +177,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	c.ConfigType = ConfigFile
 	fs.Var(upper{&c.ConfigType}, "config-type", "where the rules come from: FILE (--config-dir) or GRPC_XDS_SOTW (an xDS management server, --xds-*)")
 	fs.StringVar(&c.ConfigDir, "config-dir", "/etc/sharelimit/config", "directory of descriptor YAML files (*.yaml, *.yml; dotfiles ignored), watched for changes")
+	fs.BoolVar(&c.ConfigAllFiles, "config-all-files", false, "read every file under --config-dir, in subdirectories too, whatever its name (dotfiles skipped), as upstream does; on when the directory comes from RUNTIME_*")
 	fs.Var(seconds{&c.ReloadDebounce}, "reload-debounce", "wait this long after the last change in --config-dir before reloading")
 	fs.BoolVar(&c.MergeDomainConfig, "merge-domain-config", false, "merge files that define the same domain instead of refusing them")
 	fs.BoolVar(&c.ForceStart, "force-start-without-initial-config", false, "serve with no rules when the first config cannot be loaded (a bad first config, or the xDS server unreachable)")
@@ -284,8 +288,30 @@ func parse(name string, args []string, getenv func(string) string, names []strin
 	if err != nil {
 		return nil, err
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if n, ok := upstreamDefaultDir(c, given["config-dir"], isDir); ok {
+		notices = append(notices, n)
+	}
 	c.Notices = notices
 	return c, nil
+}
+
+// upstreamDefaultDir: a container that relied on upstream's default config
+// directory, and sets nothing, finds its files there. Only when no setting
+// named a directory, sharelimit's default does not exist and upstream's does.
+func upstreamDefaultDir(c *Config, given bool, isDir func(string) bool) (Notice, bool) {
+	up := filepath.Join(upstreamRuntimeRoot, upstreamAppDir)
+	if given || c.ConfigType != ConfigFile || c.ConfigDir != Defaults().ConfigDir || isDir(c.ConfigDir) || !isDir(up) {
+		return Notice{}, false
+	}
+	c.ConfigDir, c.ConfigAllFiles = up, true
+	return Notice{Level: slog.LevelInfo, Message: "config directory: upstream's default " + up + ", read as upstream reads it (no --config-dir given, and " + Defaults().ConfigDir + " does not exist)"}, true
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line from its

@@ -230,7 +230,7 @@ func buildUpstreamTable() []upstreamVar {
 		// Where the rules come from. CONFIG_TYPE comes first: it decides
 		// which of the rows after it apply.
 		mapped("CONFIG_TYPE", "config-type", "FILE or GRPC_XDS_SOTW, any case", convConfigType),
-		mapped("RUNTIME_ROOT", "config-dir", "--config-dir is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when any of the three is set (upstream's defaults: /srv/runtime_data/current, empty, config); only the files directly in it are read", nil),
+		mapped("RUNTIME_ROOT", "config-dir", "--config-dir is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when any of the three is set (upstream's defaults: /srv/runtime_data/current, empty, config); every file under it is read, in subdirectories too, whatever its name, as upstream reads it (--config-all-files)", nil),
 		mapped("RUNTIME_SUBDIRECTORY", "config-dir", "see RUNTIME_ROOT", nil),
 		mapped("RUNTIME_APPDIRECTORY", "config-dir", "see RUNTIME_ROOT", nil),
 		harmless("RUNTIME_WATCH_ROOT", "sharelimit watches the config directory itself, so edits and symlink swaps inside it reload at once, and a swap of a parent directory, such as RUNTIME_ROOT, is found by the periodic re-read"),
@@ -544,7 +544,9 @@ func (u *upstreamEnv) runtime() {
 	if app == "" {
 		app = upstreamAppDir
 	}
-	u.set("config-dir", filepath.Join(root, sub, app), parts...)
+	if u.set("config-dir", filepath.Join(root, sub, app), parts...) && !u.given["config-all-files"] {
+		u.c.ConfigAllFiles = true // the directory is upstream's, so read it as upstream does
+	}
 }
 
 // grpcTLS checks what GRPC_SERVER_USE_TLS=true needs once its rows applied.

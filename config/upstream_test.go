@@ -196,6 +196,33 @@ func flatten(m map[string]string) []string {
 	return out
 }
 
+// TestConfigAllFilesFollowsRuntime: a directory from RUNTIME_* is read as
+// upstream reads it (every file, subdirectories too), unless the setting is
+// given; a directory from --config-dir is not.
+func TestConfigAllFilesFollowsRuntime(t *testing.T) {
+	t.Parallel()
+	env := []string{"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=rl"}
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want bool
+	}{
+		{nil, env, true},
+		{[]string{"--config-all-files=false"}, env, false},
+		{nil, append([]string{"SHARELIMIT_CONFIG_ALL_FILES=false"}, env...), false},
+		{[]string{"--config-dir", "/etc/x"}, env, false},
+		{nil, nil, false},
+	} {
+		cfg, err := ParseEnviron("serve", tc.args, tc.env, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ConfigAllFiles != tc.want {
+			t.Errorf("%v %v: ConfigAllFiles = %v, want %v", tc.args, tc.env, cfg.ConfigAllFiles, tc.want)
+		}
+	}
+}
+
 func TestUpstreamTypicalDeployment(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseEnviron("serve", nil, readEnv(t, "testdata/upstream/k8s.env"), io.Discard)
@@ -204,6 +231,7 @@ func TestUpstreamTypicalDeployment(t *testing.T) {
 	}
 	want := Defaults()
 	want.ConfigDir = "/data/ratelimit/config"
+	want.ConfigAllFiles = true // upstream's directory, read as upstream reads it
 	want.HTTPAddr = "127.0.0.1:8080"
 	want.GRPCAddr = "127.0.0.1:8081"
 	want.DebugAddr = "127.0.0.1:6070"
@@ -621,4 +649,32 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestUpstreamDefaultDir: with no directory named anywhere, a container that
+// mounted its files at upstream's default finds them there, with a notice;
+// sharelimit's own default wins when it exists, and a named one always.
+func TestUpstreamDefaultDir(t *testing.T) {
+	t.Parallel()
+	up := "/srv/runtime_data/current/config"
+	exists := func(dirs ...string) func(string) bool {
+		return func(p string) bool { return slices.Contains(dirs, p) }
+	}
+	for _, tc := range []struct {
+		name  string
+		given bool
+		dirs  []string
+		want  string
+	}{
+		{"only upstream's exists", false, []string{up}, up},
+		{"ours exists too", false, []string{up, Defaults().ConfigDir}, Defaults().ConfigDir},
+		{"neither exists", false, nil, Defaults().ConfigDir},
+		{"named by a flag", true, []string{up}, Defaults().ConfigDir},
+	} {
+		c := Defaults()
+		n, ok := upstreamDefaultDir(c, tc.given, exists(tc.dirs...))
+		if c.ConfigDir != tc.want || ok != (tc.want == up) || ok && (c.ConfigAllFiles != true || !strings.Contains(n.Message, up)) {
+			t.Errorf("%s: dir %s all=%v notice %v %q, want %s", tc.name, c.ConfigDir, c.ConfigAllFiles, ok, n.Message, tc.want)
+		}
+	}
 }

@@ -145,7 +145,7 @@ func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
 	d.watcher = &source.Watcher{
 		Dir: d.cfg.ConfigDir, Debounce: d.cfg.ReloadDebounce, Poll: source.DefaultPoll,
 		Log: d.log.With("component", "reload"), Apply: rules.install,
-		Options: descriptors.CompileOptions{MergeDomains: d.cfg.MergeDomainConfig},
+		Options: source.Options{Compile: descriptors.CompileOptions{MergeDomains: d.cfg.MergeDomainConfig}, AllFiles: d.cfg.ConfigAllFiles},
 	}
 	// The watcher knows no metrics; the gauge reads it. A 1 means reloads wait
 	// for the poll: on a node, usually fs.inotify.max_user_instances is spent.

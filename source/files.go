@@ -23,11 +23,22 @@ import (
 // a directory, dotfiles ignored) into one Set. Every error in every file is
 // reported, each as a *descriptors.Error with its file:line:col.
 func Load(paths ...string) (*descriptors.Set, error) {
-	return LoadWith(descriptors.CompileOptions{}, paths...)
+	return LoadWith(Options{}, paths...)
 }
 
-// LoadWith is Load with compile options (merged domains).
-func LoadWith(opts descriptors.CompileOptions, paths ...string) (*descriptors.Set, error) {
+// Options say how directories are read and files compiled.
+type Options struct {
+	// Compile joins the files (merged domains).
+	Compile descriptors.CompileOptions
+	// AllFiles reads every file under a directory, in its subdirectories
+	// too, whatever the name ends in, as upstream's runtime loader does;
+	// dotfiles and dot directories are still skipped. Without it, only the
+	// *.yaml and *.yml files directly inside are read.
+	AllFiles bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(opts Options, paths ...string) (*descriptors.Set, error) {
 	var names []string
 	var errs []error
 	for _, path := range paths {
@@ -40,7 +51,7 @@ func LoadWith(opts descriptors.CompileOptions, paths ...string) (*descriptors.Se
 			names = append(names, path)
 			continue
 		}
-		found, err := ListDir(path)
+		found, err := ListFiles(path, opts.AllFiles)
 		if err != nil {
 			errs = append(errs, fileError(path, "read dir", err))
 			continue
@@ -55,7 +66,7 @@ func LoadWith(opts descriptors.CompileOptions, paths ...string) (*descriptors.Se
 		files = append(files, f)
 	}
 	if len(errs) == 0 && !slices.ContainsFunc(readErrs, func(err error) bool { return err != nil }) {
-		return descriptors.CompileWith(opts, files...)
+		return descriptors.CompileWith(opts.Compile, files...)
 	}
 	// Something could not be read: report it with every file's own errors, in
 	// file order, as if each stood alone. Whether two files define the same
@@ -96,7 +107,47 @@ func fileError(name, op string, err error) error {
 
 // ListDir returns the config files directly in dir, sorted: *.yaml and *.yml,
 // without dotfiles (which also skips Kubernetes' ..data bookkeeping entries).
-func ListDir(dir string) ([]string, error) {
+func ListDir(dir string) ([]string, error) { return ListFiles(dir, false) }
+
+// ListFiles returns the config files in dir, sorted: with all, every regular
+// file in dir and below whatever its name (see Options.AllFiles); without,
+// ListDir's. Names starting with a dot are skipped either way, directories
+// included: Kubernetes' ..data and ..2026_... entries hold the same files
+// again.
+func ListFiles(dir string, all bool) ([]string, error) {
+	if !all {
+		return listTop(dir)
+	}
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == dir {
+			return nil
+		}
+		if strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() { // follows symlinks to files
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func listTop(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package source
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,5 +53,50 @@ func TestLoadErrorsInFileOrder(t *testing.T) {
 	}
 	if _, err := Load("testdata/dupdomain"); err == nil || !strings.Contains(err.Error(), "duplicate domain 'same'") {
 		t.Fatalf("duplicate domain not reported: %v", err)
+	}
+}
+
+// TestAllFilesReadsAsUpstream: with AllFiles, every file under the directory
+// is read, in subdirectories too and whatever its name, as upstream's runtime
+// loader reads RUNTIME_ROOT; names starting with a dot are skipped, dot
+// directories (Kubernetes' ..data) included, and a symlink to a file counts.
+func TestAllFilesReadsAsUpstream(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, domain string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("domain: "+domain+"\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "a")
+	write("config", "b") // no extension, as a ConfigMap key may be
+	write("sub/c.conf", "c")
+	write("sub/deeper/d.yml", "d")
+	write(".hidden.yaml", "hidden")
+	write("..data/e.yaml", "e") // what the symlink below points into
+	if err := os.Symlink("..data/e.yaml", filepath.Join(dir, "e.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	set, err := LoadWith(Options{AllFiles: true}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range set.Domains() {
+		got = append(got, d.Name())
+	}
+	if strings.Join(got, ",") != "a,b,c,d,e" {
+		t.Fatalf("domains %v, want a,b,c,d,e", got)
+	}
+	set, err = Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(set.Domains()); n != 2 {
+		t.Fatalf("without AllFiles: %d domains, want 2 (a.yaml and e.yaml)", n)
 	}
 }

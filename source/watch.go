@@ -40,8 +40,9 @@ type Watcher struct {
 	// set that failed to load or was refused; the one in force stays.
 	Apply func(*descriptors.Set) error
 	Error func(error)
-	// Options are how the files compile into one set (merged domains).
-	Options descriptors.CompileOptions
+	// Options are how Dir is read and its files compiled. With AllFiles,
+	// changes in subdirectories are seen by the poll.
+	Options Options
 
 	last    [32]byte // fingerprint of the contents last loaded or attempted
 	polling atomic.Bool
@@ -62,7 +63,7 @@ func (w *Watcher) Polling() bool { return w.polling.Load() }
 
 // Load loads Dir once, applying it on success. It is what Run does on a change,
 // and what the daemon calls at start-up.
-func (w *Watcher) Load() error { return w.load(fingerprint(w.Dir)) }
+func (w *Watcher) Load() error { return w.load(w.fingerprint()) }
 
 // load loads Dir, whose contents fingerprint to fp.
 func (w *Watcher) load(fp [32]byte) error {
@@ -160,12 +161,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			rewatch()
 			// A poll is not an event: it must not push back a reload already
 			// scheduled, or a Poll shorter than Debounce would postpone it for ever.
-			if debounce == nil && fingerprint(w.Dir) != w.last {
+			if debounce == nil && w.fingerprint() != w.last {
 				trigger()
 			}
 		case <-debounce:
 			debounce = nil
-			fp := fingerprint(w.Dir)
+			fp := w.fingerprint()
 			if fp == w.last {
 				continue // events without a change in content (a touch, a chmod)
 			}
@@ -177,9 +178,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // fingerprint hashes the names and contents of the config files, or the error
 // that stopped it from reading them.
-func fingerprint(dir string) [32]byte {
+func (w *Watcher) fingerprint() [32]byte {
 	h := sha256.New()
-	files, err := ListDir(dir)
+	files, err := ListFiles(w.Dir, w.Options.AllFiles)
 	if err != nil {
 		fmt.Fprintf(h, "error %v", errors.Unwrap(err))
 		return [32]byte(h.Sum(nil))

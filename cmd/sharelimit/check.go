@@ -23,7 +23,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sharelimit check [--replicas N] [--merge-domain-config] [-q] [-v] PATH...")
 		return 2
 	}
-	set, err := source.LoadWith(descriptors.CompileOptions{MergeDomains: *merge}, fs.Args()...)
+	set, err := source.LoadWith(source.Options{Compile: descriptors.CompileOptions{MergeDomains: *merge}}, fs.Args()...)
 	if err != nil {
 		printErrors(stderr, err)
 		return 1
