@@ -119,6 +119,35 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 	}
 }
 
+// TestREADMEListsEveryUpstreamVariable: the migration table names every
+// variable of upstream's settings that the daemon reads or ignores, from the
+// same list the daemon uses, so the table cannot drift from the code.
+func TestREADMEListsEveryUpstreamVariable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "## Migrating from upstream")
+	if start < 0 {
+		t.Fatal("README has no migration section")
+	}
+	section := text[start:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	for _, v := range config.UpstreamVariables() {
+		row := regexp.MustCompile("(?m)^\\|.*`" + regexp.QuoteMeta(v.Name) + "`.*\\| (ignored|`[^|]*`) \\|")
+		if !row.MatchString(section) {
+			t.Errorf("README's migration table lacks %s", v.Name)
+			continue
+		}
+		if v.To != config.UpstreamIgnored && !strings.Contains(section, "| `"+v.Name+"` | `"+v.To+"` |") {
+			t.Errorf("README's migration table does not map %s to %s", v.Name, v.To)
+		}
+	}
+}
+
 func TestHealthcheckCommand(t *testing.T) {
 	status := http.StatusOK
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
