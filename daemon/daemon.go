@@ -30,6 +30,7 @@ import (
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
+	"github.com/sharelimit/sharelimit/source/xds"
 )
 
 // ErrConfig marks an invalid config at start-up. The error New returns with
@@ -42,7 +43,8 @@ type Daemon struct {
 	log     *slog.Logger
 	clock   monotime.Clock
 	engine  *descriptors.Engine
-	watcher *source.Watcher
+	watcher *source.Watcher // nil with rules from xDS
+	xds     *xds.Source     // nil with rules from files
 	consul  *membership.Consul // nil: static membership
 	admin   *server.Admin
 	health  *health.Server
@@ -74,10 +76,23 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
 	views := newViews(membership.NewStatic(cfg.Replicas).View(), d.engine, d.clock, metrics.Registry)
-	rules := newInstaller(d.engine, metrics, cfg.ConfigDir, log)
-	if err := d.loadRules(rules, metrics.Registry); err != nil {
+	var rules *installer
+	var err error
+	if cfg.ConfigType == config.ConfigXDS {
+		rules = newInstaller(d.engine, metrics, "xds:"+cfg.XDSServerURL, log)
+		err = d.xdsRules(rules, metrics.Registry)
+	} else {
+		rules = newInstaller(d.engine, metrics, cfg.ConfigDir, log)
+		err = d.loadRules(rules, metrics.Registry)
+	}
+	if err != nil {
 		return nil, err
 	}
+	return d.finish(cfg, log, version, metrics, views, rules)
+}
+
+// finish builds what serves, whichever source the rules come from.
+func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, metrics *server.Metrics, views *views, rules *installer) (*Daemon, error) {
 	if err := d.membership(views); err != nil {
 		return nil, err
 	}
@@ -107,7 +122,7 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	// Ready unless health waits for a config with a domain in it (upstream's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
 	// says again.
-	d.setReady(d.readyWith(d.engine.Set()))
+	d.setReady(d.readyWith(d.engine.Set()) && !d.waitsForXDS())
 	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)) })
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
@@ -119,6 +134,11 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 		"max_buckets", cfg.MaxBuckets, "quota_mode", cfg.QuotaMode)...)
 	return d, nil
 }
+
+// waitsForXDS reports whether serving waits for the management server's first
+// good update: with rules from xDS, unless --force-start-without-initial-config
+// says to serve with none meanwhile, as upstream.
+func (d *Daemon) waitsForXDS() bool { return d.xds != nil && !d.cfg.ForceStart }
 
 // readyWith reports whether health says SERVING with set in force: always,
 // unless --healthy-with-at-least-one-config-loaded asks for a domain.
@@ -222,6 +242,14 @@ func (d *Daemon) listen() error {
 func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		if d.waitsForXDS() {
+			d.log.Info("waiting for the first config from the xDS server before serving gRPC", "server", d.cfg.XDSServerURL)
+			select {
+			case <-d.xds.First():
+			case <-gctx.Done():
+				return nil // the stop below closes the listener
+			}
+		}
 		// A stop that begins before Serve does (a signal right after start)
 		// makes Serve return ErrServerStopped: that is a clean end too.
 		if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
@@ -243,7 +271,12 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 			return nil
 		})
 	}
-	g.Go(func() error { return d.watcher.Run(gctx) })
+	if d.watcher != nil {
+		g.Go(func() error { return d.watcher.Run(gctx) })
+	}
+	if d.xds != nil {
+		g.Go(func() error { return d.xds.Run(gctx) })
+	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
 	if d.consul != nil {
 		g.Go(func() error { return d.consul.Run(gctx) })

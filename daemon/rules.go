@@ -25,6 +25,8 @@ type installer struct {
 	mu        sync.Mutex
 	status    server.ReloadStatus
 	installed func(*descriptors.Set) // called after each install; set once before sources run
+	// source reports where sets come from; set once before sources run.
+	source func() server.SourceStatus
 
 	reloads    *prometheus.CounterVec
 	lastOK     prometheus.Gauge
@@ -97,6 +99,12 @@ func (in *installer) reject(err error) {
 // Status is the outcome of the last load, for the admin pages.
 func (in *installer) Status() server.ReloadStatus {
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.status
+	st := in.status
+	in.mu.Unlock()
+	if in.source != nil {
+		st.Source = in.source()
+	} else {
+		st.Source = server.SourceStatus{Kind: "file", Location: in.dir}
+	}
+	return st
 }

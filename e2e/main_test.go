@@ -12,7 +12,9 @@ import (
 
 // sharelimitBin is the daemon under test, built once by TestMain without the
 // race detector: the daemons are the system under test, not the test.
-var sharelimitBin string
+// xdsserverBin is the test-only xDS management server (internal/xdstest),
+// run as a process of its own beside the daemon.
+var sharelimitBin, xdsserverBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sharelimit-e2e-")
@@ -21,11 +23,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	sharelimitBin = filepath.Join(dir, "sharelimit")
-	build := exec.Command("go", "build", "-o", sharelimitBin, "github.com/sharelimit/sharelimit/cmd/sharelimit")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: build sharelimit: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	xdsserverBin = filepath.Join(dir, "xdsserver")
+	for bin, pkg := range map[string]string{
+		sharelimitBin: "github.com/sharelimit/sharelimit/cmd/sharelimit",
+		xdsserverBin:  "github.com/sharelimit/sharelimit/internal/xdstest/cmd/xdsserver",
+	} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)

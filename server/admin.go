@@ -33,13 +33,37 @@ type View struct {
 	Errors     uint64    `json:"errors"`
 }
 
-// ReloadStatus is the outcome of the last config load.
+// ReloadStatus is the outcome of the last config load, and where configs
+// come from.
 type ReloadStatus struct {
-	Generation  int       `json:"generation"`
-	LoadedAt    time.Time `json:"loaded_at"`
-	LastAttempt time.Time `json:"last_attempt"`
-	LastError   string    `json:"last_error,omitempty"`
-	Files       []string  `json:"files"`
+	Source      SourceStatus `json:"source"`
+	Generation  int          `json:"generation"`
+	LoadedAt    time.Time    `json:"loaded_at"`
+	LastAttempt time.Time    `json:"last_attempt"`
+	LastError   string       `json:"last_error,omitempty"`
+	Files       []string     `json:"files"`
+}
+
+// SourceStatus is where the rules come from: files in a directory, or an xDS
+// management server, with what the latter has said.
+type SourceStatus struct {
+	Kind     string `json:"kind"`     // "file" or "xds"
+	Location string `json:"location"` // the directory, or the server's address
+	// The xDS source's state; zero for files.
+	Connected      bool      `json:"connected,omitempty"`
+	ConnectedSince time.Time `json:"connected_since,omitzero"`
+	Version        string    `json:"version,omitempty"` // the version in force (last ACKed)
+	LastError      string    `json:"last_error,omitempty"`
+	Updates        uint64    `json:"updates,omitempty"`
+	Nacks          uint64    `json:"nacks,omitempty"`
+	LastNack       *Nack     `json:"last_nack,omitempty"`
+}
+
+// Nack is an xDS update refused: the rules in force stayed.
+type Nack struct {
+	Version string    `json:"version"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
 }
 
 // Admin serves the admin HTTP listener. Safe for concurrent use.
@@ -202,9 +226,18 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 	if v.LastError != "" {
 		fmt.Fprintf(w, " last_error=%q", v.LastError)
 	}
-	fmt.Fprintf(w, "\nconfig: generation=%d loaded_at=%s", c.Reload.Generation, c.Reload.LoadedAt.Format(time.RFC3339))
+	fmt.Fprintf(w, "\nconfig: source=%s %s generation=%d loaded_at=%s", c.Reload.Source.Kind, c.Reload.Source.Location, c.Reload.Generation, c.Reload.LoadedAt.Format(time.RFC3339))
 	if c.Reload.LastError != "" {
 		fmt.Fprintf(w, " last_reload_failed=%q", c.Reload.LastError)
+	}
+	if src := c.Reload.Source; src.Kind == "xds" {
+		fmt.Fprintf(w, "\nxds: connected=%t version=%q updates=%d nacks=%d", src.Connected, src.Version, src.Updates, src.Nacks)
+		if src.LastNack != nil {
+			fmt.Fprintf(w, " last_nack_version=%q last_nack=%q", src.LastNack.Version, src.LastNack.Error)
+		}
+		if src.LastError != "" {
+			fmt.Fprintf(w, " last_error=%q", src.LastError)
+		}
 	}
 	fmt.Fprintf(w, "\nbuckets: live=%d max=%d overflowed=%d\n", c.Buckets, c.MaxBuckets, c.Overflowed)
 	for _, r := range c.Rules {

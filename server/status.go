@@ -53,7 +53,11 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 </table>
 <h2>Config</h2>
 <table id="config">
-<tr><th>generation</th><td class="num" id="generation">{{.Reload.Generation}}</td></tr>
+<tr><th>source</th><td id="config-source">{{.Reload.Source.Kind}}: {{.Reload.Source.Location}}</td></tr>
+{{with .Reload.Source}}{{if eq .Kind "xds"}}<tr><th>xDS stream</th><td{{if not .Connected}} class="bad"{{end}}>{{if .Connected}}connected since {{time .ConnectedSince}}{{else}}disconnected{{if .LastError}}: {{.LastError}}{{end}}{{end}}</td></tr>
+<tr><th>xDS version in force</th><td id="xds-version">{{or .Version "none yet"}} ({{.Updates}} updates)</td></tr>
+<tr><th>last NACK</th><td{{if .LastNack}} class="bad"{{end}} id="xds-nack">{{with .LastNack}}version {{.Version}} at {{time .At}}: {{.Error}}{{else}}none{{end}} ({{.Nacks}} since start)</td></tr>
+{{end}}{{end}}<tr><th>generation</th><td class="num" id="generation">{{.Reload.Generation}}</td></tr>
 <tr><th>loaded</th><td>{{time .Reload.LoadedAt}}</td></tr>
 <tr><th>last reload</th><td{{if .Reload.LastError}} class="bad"{{end}}>{{if .Reload.LastError}}failed: {{.Reload.LastError}}{{else}}ok{{end}}</td></tr>
 <tr><th>files</th><td>{{range .Reload.Files}}{{.}}<br>{{end}}</td></tr>
