@@ -43,8 +43,8 @@ type Daemon struct {
 	log     *slog.Logger
 	clock   monotime.Clock
 	engine  *descriptors.Engine
-	watcher *source.Watcher // nil with rules from xDS
-	xds     *xds.Source     // nil with rules from files
+	watcher *source.Watcher    // nil with rules from xDS
+	xds     *xds.Source        // nil with rules from files
 	consul  *membership.Consul // nil: static membership
 	admin   *server.Admin
 	health  *health.Server

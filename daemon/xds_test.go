@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/internal/xdstest"
