@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source/xds"
 )
@@ -38,8 +39,8 @@ func (d *Daemon) xdsRules(rules *installer, reg prometheus.Registerer) error {
 		ServerURL: cfg.XDSServerURL, NodeID: cfg.XDSNodeID, NodeMetadata: md, Headers: headers,
 		TLS: tlsConfig, MaxMessageBytes: cfg.XDSMaxMsgSize,
 		Backoff: xds.Backoff{Initial: cfg.XDSBackoffInitial, Max: cfg.XDSBackoffMax, Jitter: cfg.XDSBackoffJitter},
-		Apply:   rules.install,
-		Log:     d.log.With("component", "xds"),
+		Apply:   rules.install, Compile: descriptors.CompileOptions{MergeDomains: cfg.MergeDomainConfig},
+		Log: d.log.With("component", "xds"),
 	})
 	if err != nil {
 		return err

@@ -133,3 +133,37 @@ func codesOf(t *testing.T, r *running, n int) string {
 	}
 	return b.String()
 }
+
+// TestXDSMergeDomains: with --merge-domain-config, resources naming one domain
+// are merged, as upstream merges them; without it, the update is NACKed.
+func TestXDSMergeDomains(t *testing.T) {
+	for _, merge := range []bool{true, false} {
+		srv, err := xdstest.Start("127.0.0.1:0", "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(t)
+		cfg.ConfigType, cfg.XDSServerURL, cfg.XDSNodeID = config.ConfigXDS, srv.Addr(), "node-a"
+		cfg.XDSBackoffInitial, cfg.XDSBackoffMax = 50*time.Millisecond, 200*time.Millisecond
+		cfg.MergeDomainConfig, cfg.ForceStart = merge, true
+		r := start(t, cfg)
+		other := xdsConfig("d", 1)
+		other.Name = "d-part-2"
+		other.Descriptors[0].Key = "j"
+		if err := srv.Set("v1", xdsConfig("d", 2), other); err != nil {
+			t.Fatal(err)
+		}
+		if merge {
+			within(t, "the merged update", func() bool { return r.d.xds.Status().Version == "v1" })
+			if lim := r.call(t, "d", "j=1").Statuses[0].CurrentLimit.GetRequestsPerUnit(); lim != 1 {
+				t.Fatalf("merged: j's limit %d, want 1", lim)
+			}
+		} else {
+			within(t, "the NACK", func() bool { return len(srv.Nacks()) > 0 })
+			if n := srv.Nacks()[0]; !strings.Contains(n.Error, "duplicate domain 'd'") {
+				t.Fatalf("NACK %q, want a duplicate domain", n.Error)
+			}
+		}
+		srv.Stop()
+	}
+}

@@ -70,37 +70,84 @@ func hasMerge(n *yaml.Node) bool {
 	return false
 }
 
-// mergeInto replaces n's merge pairs with the pairs they bring in. Keys the
-// map writes itself win; among merged maps, the first that has a key wins.
+// mergeInto replaces n's merge pairs with the pairs they bring in, as
+// upstream's YAML library (yaml.v2) decodes them: pairs apply in document
+// order and a later one wins, so a merge overrides the keys written before
+// it, and a key written after a merge overrides what it brought; within a
+// list of merged maps the first wins. Where both values are maps and upstream
+// decodes the field into a value that already exists (rate_limit, a pointer
+// to a struct; metadata, a map), the later map's keys are laid over the
+// earlier's rather than replacing it. A key written twice by the map itself
+// stays twice, for fields to refuse.
 func (p *parser) mergeInto(n *yaml.Node, seen map[*yaml.Node]mergeState, depth int) {
-	own := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; !isMergeKey(k) && k.Kind == yaml.ScalarNode {
-			own[k.Value] = true
-		}
-	}
-	taken := map[string]bool{}
 	out := make([]*yaml.Node, 0, len(n.Content))
+	at := map[string]int{}        // scalar key -> index of its key node in out
+	written := map[string]bool{} // the value at[key] is the map's own, not merged
+	put := func(k, v *yaml.Node, merged bool) {
+		if k.Kind != yaml.ScalarNode {
+			out = append(out, k, v)
+			return
+		}
+		i, ok := at[k.Value]
+		switch {
+		case !ok:
+			at[k.Value] = len(out)
+			out = append(out, k, v)
+		case !merged && written[k.Value]:
+			out = append(out, k, v)
+			return
+		default:
+			out[i], out[i+1] = k, overlay(k.Value, out[i+1], v)
+		}
+		written[k.Value] = !merged
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if !isMergeKey(k) {
-			out = append(out, k, v)
+			put(k, v, false)
 			continue
 		}
-		for _, src := range p.mergeSources(v, seen, depth) {
-			for j := 0; j+1 < len(src.Content); j += 2 {
-				mk := src.Content[j]
-				if mk.Kind == yaml.ScalarNode && (own[mk.Value] || taken[mk.Value]) {
-					continue
-				}
-				if mk.Kind == yaml.ScalarNode {
-					taken[mk.Value] = true
-				}
-				out = append(out, mk, src.Content[j+1])
+		srcs := p.mergeSources(v, seen, depth)
+		for s := len(srcs) - 1; s >= 0; s-- {
+			for j := 0; j+1 < len(srcs[s].Content); j += 2 {
+				put(srcs[s].Content[j], srcs[s].Content[j+1], true)
 			}
 		}
 	}
 	n.Content = out
+}
+
+// overlay is the value of field key when next is decoded over prev: next,
+// unless both are maps of a field upstream decodes into an existing value,
+// which then get next's keys laid over prev's.
+func overlay(key string, prev, next *yaml.Node) *yaml.Node {
+	pm, nm := prev, next
+	if pm.Kind == yaml.AliasNode && pm.Alias != nil {
+		pm = pm.Alias
+	}
+	if nm.Kind == yaml.AliasNode && nm.Alias != nil {
+		nm = nm.Alias
+	}
+	if (key != "rate_limit" && key != "metadata") || pm.Kind != yaml.MappingNode || nm.Kind != yaml.MappingNode {
+		return next
+	}
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: nm.Line, Column: nm.Column}
+	m.Content = append(m.Content, pm.Content...)
+	for j := 0; j+1 < len(nm.Content); j += 2 {
+		k := nm.Content[j]
+		replaced := false
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k.Kind == yaml.ScalarNode && m.Content[i].Kind == yaml.ScalarNode && m.Content[i].Value == k.Value {
+				m.Content[i], m.Content[i+1] = k, nm.Content[j+1]
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			m.Content = append(m.Content, k, nm.Content[j+1])
+		}
+	}
+	return m
 }
 
 // mergeSources returns the maps a merge value names: one map, or a list of

@@ -118,12 +118,19 @@ func ListFiles(dir string, all bool) ([]string, error) {
 	if !all {
 		return listTop(dir)
 	}
+	// WalkDir does not follow a root that is a symlink (a runtime swap
+	// layout, a link to a volume): walk where it points, and name the files
+	// under the path as given.
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if path == dir {
+		if path == root {
 			return nil
 		}
 		if strings.HasPrefix(e.Name(), ".") {
@@ -136,7 +143,11 @@ func ListFiles(dir string, all bool) ([]string, error) {
 			return nil
 		}
 		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() { // follows symlinks to files
-			out = append(out, path)
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			out = append(out, filepath.Join(dir, rel))
 		}
 		return nil
 	})
@@ -164,8 +175,8 @@ func listTop(dir string) ([]string, error) {
 		}
 		full := filepath.Join(dir, name)
 		fi, err := os.Stat(full) // follows the symlinks ConfigMaps are made of
-		if err != nil || fi.IsDir() {
-			continue
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // a directory, or a pipe or device a read would block on
 		}
 		out = append(out, full)
 	}

@@ -100,3 +100,23 @@ func TestAllFilesReadsAsUpstream(t *testing.T) {
 		t.Fatalf("without AllFiles: %d domains, want 2 (a.yaml and e.yaml)", n)
 	}
 }
+
+// TestAllFilesThroughSymlinkedRoot: a config directory that is itself a
+// symlink is read through it, in both modes, and its files keep the path the
+// operator gave.
+func TestAllFilesThroughSymlinkedRoot(t *testing.T) {
+	real := t.TempDir()
+	if err := os.WriteFile(filepath.Join(real, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "config")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, all := range []bool{false, true} {
+		files, err := ListFiles(link, all)
+		if err != nil || len(files) != 1 || files[0] != filepath.Join(link, "a.yaml") {
+			t.Errorf("all=%v: %v %v, want [%s]", all, files, err, filepath.Join(link, "a.yaml"))
+		}
+	}
+}

@@ -50,6 +50,10 @@ type Config struct {
 	// Apply installs a compiled set. Returning an error refuses it: the update
 	// is NACKed with the error's text, and the rules in force must stay.
 	Apply func(*descriptors.Set) error
+	// Compile joins the resources of an update, as files are joined: with
+	// MergeDomains (MERGE_DOMAIN_CONFIG), resources naming one domain are
+	// merged, as upstream merges them.
+	Compile descriptors.CompileOptions
 	// Log receives connection changes and refused updates; nil discards.
 	Log *slog.Logger
 }

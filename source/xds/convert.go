@@ -32,7 +32,7 @@ const (
 // compile turns the resources of one response into a Set: every resource is
 // rendered as a file and the files are compiled together, so a domain defined
 // twice is refused as it is across files. Every problem is reported, joined.
-func compile(resources []*anypb.Any) (*descriptors.Set, error) {
+func compile(resources []*anypb.Any, opts descriptors.CompileOptions) (*descriptors.Set, error) {
 	files := make([]descriptors.File, 0, len(resources))
 	var errs []error
 	names := map[string]bool{}
@@ -50,7 +50,7 @@ func compile(resources []*anypb.Any) (*descriptors.Set, error) {
 		names[f.Name] = true
 		files = append(files, f)
 	}
-	set, err := descriptors.Compile(files...)
+	set, err := descriptors.CompileWith(opts, files...)
 	if len(errs) > 0 {
 		return nil, errors.Join(append(errs, err)...)
 	}

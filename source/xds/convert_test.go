@@ -231,7 +231,7 @@ func TestConvert(t *testing.T) {
 			} else if _, err := os.Stat(base + ".yaml"); err == nil && !*update {
 				t.Errorf("rendering failed (%v), but %s.yaml exists", ferr, base)
 			}
-			set, err := compile([]*anypb.Any{res})
+			set, err := compile([]*anypb.Any{res}, descriptors.CompileOptions{})
 			if ferr != nil && (err == nil || err.Error() != ferr.Error()) {
 				t.Fatalf("compile error %v, want the rendering error %v", err, ferr)
 			}
@@ -280,7 +280,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromXDS, err := compile([]*anypb.Any{res})
+	fromXDS, err := compile([]*anypb.Any{res}, descriptors.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestCompileResources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			set, err := compile(tc.resources)
+			set, err := compile(tc.resources, descriptors.CompileOptions{})
 			if tc.want == nil {
 				if err != nil {
 					t.Fatal(err)

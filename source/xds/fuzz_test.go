@@ -24,7 +24,7 @@ func FuzzConvert(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		set, err := compile([]*anypb.Any{{TypeUrl: TypeURL, Value: data}})
+		set, err := compile([]*anypb.Any{{TypeUrl: TypeURL, Value: data}}, descriptors.CompileOptions{})
 		if err != nil {
 			if len(descriptors.Errors(err)) == 0 {
 				t.Fatalf("error without a position: %v", err)
@@ -72,7 +72,7 @@ func TestMetadataValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := compile([]*anypb.Any{res})
+	set, err := compile([]*anypb.Any{res}, descriptors.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

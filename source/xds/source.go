@@ -278,7 +278,7 @@ func (s *Source) install(resp *discoveryv3.DiscoveryResponse, digest [32]byte) e
 		s.log.Info("xds: update has the rules in force", "version", resp.GetVersionInfo())
 		return nil
 	}
-	set, err := compile(resp.GetResources())
+	set, err := compile(resp.GetResources(), s.cfg.Compile)
 	if err != nil {
 		return err
 	}
