@@ -81,7 +81,7 @@ func hasMerge(n *yaml.Node) bool {
 // stays twice, for fields to refuse.
 func (p *parser) mergeInto(n *yaml.Node, seen map[*yaml.Node]mergeState, depth int) {
 	out := make([]*yaml.Node, 0, len(n.Content))
-	at := map[string]int{}        // scalar key -> index of its key node in out
+	at := map[string]int{}       // scalar key -> index of its key node in out
 	written := map[string]bool{} // the value at[key] is the map's own, not merged
 	put := func(k, v *yaml.Node, merged bool) {
 		if k.Kind != yaml.ScalarNode {
