@@ -373,15 +373,31 @@ func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!ma
 
 func put(m *yaml.Node, key string, v *yaml.Node) { m.Content = append(m.Content, str(key), v) }
 
-// str is a string scalar: the encoder quotes it wherever it would otherwise
-// read as something else (null, true, 10). It leaves "<<" plain, which as a
-// map key is a merge to the parser, so that one is quoted here.
+// str is a string scalar. The encoder quotes it wherever it would otherwise
+// read as something else (null, true, 10); anything beyond printable ASCII
+// words is double-quoted here, a style that escapes every character, so the
+// string reads back exactly as it was (a block scalar would fold a leading
+// newline), and so is "<<", which as a map key is a merge to the parser.
 func str(s string) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
-	if s == "<<" {
+	if !plainSafe(s) {
 		n.Style = yaml.DoubleQuotedStyle
 	}
 	return n
+}
+
+// plainSafe: s is non-empty printable ASCII without leading or trailing
+// spaces, and not "<<".
+func plainSafe(s string) bool {
+	if s == "" || s == "<<" || s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func boolean(b bool) *yaml.Node {
