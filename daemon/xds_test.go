@@ -80,6 +80,10 @@ func TestXDSRules(t *testing.T) {
 		}
 	}
 
+	if code, page := r.get(t, r.d.httpLis.Addr().String(), "/"); code != 200 || !strings.Contains(page, `id="xds-version">v1`) || !strings.Contains(page, "version v2 at") {
+		t.Errorf("status page: %d, lacks the xDS version or the NACK:\n%s", code, page)
+	}
+
 	// The server goes away: the rules stand.
 	srv.Stop()
 	within(t, "disconnected", func() bool { return !r.d.xds.Status().Connected })
