@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -381,15 +380,4 @@ func TestForeignResponseNacked(t *testing.T) {
 		!strings.Contains(req.GetErrorDetail().GetMessage(), `response of type "`+foreign+`"`) {
 		t.Fatalf("answer %v", req)
 	}
-}
-
-// freeAddr is a loopback address nothing listens on at the moment.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
