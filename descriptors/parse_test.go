@@ -1,11 +1,9 @@
 package descriptors
 
 import (
-	"flag"
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,27 +13,8 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-// golden compares got with the file at path, or rewrites it with -update.
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs.\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
-}
 
 func TestParseInvalid(t *testing.T) {
 	files, _ := filepath.Glob("testdata/invalid/*.yaml")
@@ -59,7 +38,7 @@ func TestParseInvalid(t *testing.T) {
 					t.Errorf("bad position %v in %q", e.Pos, e)
 				}
 			}
-			golden(t, strings.TrimSuffix(f, ".yaml")+".err", err.Error()+"\n")
+			testutil.Golden(t, strings.TrimSuffix(f, ".yaml")+".err", err.Error()+"\n")
 		})
 	}
 }
@@ -77,7 +56,7 @@ func TestParseValid(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, strings.TrimSuffix(f, ".yaml")+".golden", set.Dump())
+			testutil.Golden(t, strings.TrimSuffix(f, ".yaml")+".golden", set.Dump())
 		})
 	}
 }
@@ -87,7 +66,7 @@ func TestDuplicateDomainAcrossFiles(t *testing.T) {
 	if err == nil {
 		t.Fatal("duplicate domain accepted")
 	}
-	golden(t, "testdata/dupdomain.err", err.Error()+"\n")
+	testutil.Golden(t, "testdata/dupdomain.err", err.Error()+"\n")
 }
 
 func TestParseNumbersAsStrings(t *testing.T) {
@@ -242,7 +221,7 @@ func TestMergeDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/mergedomain/ok.golden", set.Dump())
+	testutil.Golden(t, "testdata/mergedomain/ok.golden", set.Dump())
 	d := &decider{t: t, e: NewEngine(set, 1, bucket.NewStore(0))}
 	sts, _, err := decide(d.e, "shop", descs(desc("checkout=x")), 0, 0, nil)
 	if err != nil {
@@ -262,7 +241,7 @@ func TestMergeDomains(t *testing.T) {
 	if err == nil {
 		t.Fatal("a descriptor defined in two merged files was accepted")
 	}
-	golden(t, "testdata/mergedomain/dup.err", err.Error()+"\n")
+	testutil.Golden(t, "testdata/mergedomain/dup.err", err.Error()+"\n")
 
 	if _, err := compileFiles(t, "testdata/mergedomain/ok"); err == nil || !strings.Contains(err.Error(), "duplicate domain 'shop'") {
 		t.Fatalf("without merging: %v, want a duplicate domain error", err)

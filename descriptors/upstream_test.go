@@ -17,6 +17,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // The cases of upstream's test/config/config_test.go (envoyproxy/ratelimit),
@@ -107,7 +108,7 @@ func TestUpstreamConfigCases(t *testing.T) {
 			} else {
 				got = "accept\n" + upstreamRules(set)
 			}
-			golden(t, filepath.Join(dir, "want.golden"), got)
+			testutil.Golden(t, filepath.Join(dir, "want.golden"), got)
 			reqs := filepath.Join(dir, "requests.txt")
 			if _, statErr := os.Stat(reqs); statErr == nil {
 				if err != nil {

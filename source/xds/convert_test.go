@@ -2,7 +2,6 @@ package xds
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,27 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-// golden compares got with the file at path, or rewrites it with -update.
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs.\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
-}
 
 // Short builders for the protos of the tests.
 type (
@@ -227,8 +207,8 @@ func TestConvert(t *testing.T) {
 			base := filepath.Join("testdata", "convert", tc.name)
 			f, ferr := fromAny(0, res)
 			if ferr == nil {
-				golden(t, base+".yaml", string(f.Data))
-			} else if _, err := os.Stat(base + ".yaml"); err == nil && !*update {
+				testutil.Golden(t, base+".yaml", string(f.Data))
+			} else if _, err := os.Stat(base + ".yaml"); err == nil && !testutil.Updating() {
 				t.Errorf("rendering failed (%v), but %s.yaml exists", ferr, base)
 			}
 			set, err := compile([]*anypb.Any{res}, descriptors.CompileOptions{})
@@ -236,13 +216,13 @@ func TestConvert(t *testing.T) {
 				t.Fatalf("compile error %v, want the rendering error %v", err, ferr)
 			}
 			if err != nil {
-				golden(t, base+".err", err.Error()+"\n")
+				testutil.Golden(t, base+".err", err.Error()+"\n")
 				if len(descriptors.Errors(err)) == 0 {
 					t.Errorf("error without a position: %v", err)
 				}
 				return
 			}
-			golden(t, base+".dump", set.Dump())
+			testutil.Golden(t, base+".dump", set.Dump())
 		})
 	}
 }
