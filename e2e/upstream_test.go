@@ -75,6 +75,31 @@ func (p *proc) await(t *testing.T, what string, timeout time.Duration, f func() 
 	}
 }
 
+// awaitHealthy waits until the admin listener at addr answers /healthcheck
+// with 200.
+func (p *proc) awaitHealthy(t *testing.T, what, addr string) {
+	t.Helper()
+	p.await(t, what, startTimeout, func() error {
+		code, body, err := httpGet("http://" + addr + "/healthcheck")
+		if err == nil && code != 200 {
+			err = &httpError{code, body}
+		}
+		return err
+	})
+}
+
+// rlsClient is a rate-limit client of the daemon at addr, closed when the test
+// ends.
+func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
 func httpGet(url string) (int, string, error) {
 	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
 	if err != nil {
@@ -145,20 +170,8 @@ func TestUpstreamDeploymentEnvironment(t *testing.T) {
 		"DEBUG_PORT=" + port(debugAddr),
 	}
 	p := startProc(t, env)
-	p.await(t, "/healthcheck on PORT", startTimeout, func() error {
-		code, body, err := httpGet("http://" + httpAddr + "/healthcheck")
-		if err == nil && code != 200 {
-			err = &httpError{code, body}
-		}
-		return err
-	})
-
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	p.awaitHealthy(t, "/healthcheck on PORT", httpAddr)
+	rls := rlsClient(t, grpcAddr)
 	// Each rule admits its limit, then refuses: upstream's config, as
 	// upstream's loader reads it, is in force.
 	for _, tc := range []struct {

@@ -14,8 +14,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // xdsServer is the management server process: its xDS and control addresses.
@@ -140,19 +138,8 @@ func TestXDSManagementServer(t *testing.T) {
 	}
 
 	srv.put(t, "v1", xdsRules(2, ""))
-	p.await(t, "/healthcheck after the initial push", startTimeout, func() error {
-		code, body, err := httpGet("http://" + httpAddr + "/healthcheck")
-		if err == nil && code != 200 {
-			err = &httpError{code, body}
-		}
-		return err
-	})
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	p.awaitHealthy(t, "/healthcheck after the initial push", httpAddr)
+	rls := rlsClient(t, grpcAddr)
 	decide := func(domain, value string, n int) string {
 		t.Helper()
 		var b strings.Builder
