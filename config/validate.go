@@ -1,0 +1,276 @@
+// Package config holds the daemon's settings. They are read once, at start-up,
+// from flags, SHARELIMIT_* environment variables and, for a container that
+// still carries envoyproxy/ratelimit's environment, upstream's own variables
+// (a flag wins over its SHARELIMIT_* variable, which wins over upstream's
+// name), and checked by Validate before anything starts. Nothing re-reads the
+// environment later: a running daemon's settings are exactly what it logged at
+// start. ApplyEnv, the rule that maps flags to variables, is shared with the
+// other subcommands that read their flags from the environment (sharelimit
+// bench).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate reports every setting that cannot work, together.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	listeners := []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}}
+	if c.DebugAddr != "" {
+		listeners = append(listeners, struct{ flag, addr string }{"debug-addr", c.DebugAddr})
+	}
+	bound := map[string]string{} // address -> the flag that listens there
+	for _, l := range listeners {
+		if strings.HasPrefix(l.addr, "unix:") {
+			if l.flag != "grpc-addr" {
+				bad(l.flag, "want host:port, got %q (only --grpc-addr takes unix:)", l.addr)
+			} else if strings.TrimPrefix(l.addr, "unix:") == "" {
+				bad(l.flag, "unix: needs a socket path")
+			}
+			continue
+		}
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil {
+			bad(l.flag, "want host:port, got %q", l.addr)
+			continue
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad(l.flag, "bad port %q", port)
+		}
+		if !IsLoopback(host) && !c.AllowRemote {
+			bad(l.flag, "%s is not a loopback address; sharelimit runs beside Envoy on loopback (pass --allow-remote to listen elsewhere)", host)
+		}
+		// Port 0 picks a free port each time, so only a fixed port can clash.
+		if other, ok := bound[l.addr]; ok && port != "0" {
+			bad(l.flag, "%s is also --%s", l.addr, other)
+		}
+		bound[l.addr] = l.flag
+	}
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		bad("grpc-tls-cert", "--grpc-tls-cert and --grpc-tls-key go together")
+	}
+	if c.GRPCTLSClientCA != "" && c.GRPCTLSCert == "" {
+		bad("grpc-tls-client-ca", "client verification needs --grpc-tls-cert and --grpc-tls-key")
+	}
+	if c.GRPCTLSClientSAN != "" && c.GRPCTLSClientCA == "" {
+		bad("grpc-tls-client-san", "needs --grpc-tls-client-ca: the name is checked in a verified client certificate")
+	}
+	for _, f := range []struct{ flag, path string }{{"grpc-tls-cert", c.GRPCTLSCert}, {"grpc-tls-key", c.GRPCTLSKey}, {"grpc-tls-client-ca", c.GRPCTLSClientCA}} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				bad(f.flag, "%v", err)
+			}
+		}
+	}
+	xds := false
+	switch c.ConfigType {
+	case ConfigFile:
+	case ConfigXDS:
+		xds = true
+	default:
+		bad("config-type", "want FILE or GRPC_XDS_SOTW, got %q", c.ConfigType)
+	}
+	if xds {
+		c.validateXDS(bad)
+	} else {
+		// The xDS settings given, as the consul ones: a default is not given.
+		d := Defaults()
+		for _, f := range []struct {
+			flag string
+			set  bool
+		}{
+			{"xds-server-url", c.XDSServerURL != d.XDSServerURL},
+			{"xds-node-id", c.XDSNodeID != d.XDSNodeID},
+			{"xds-node-metadata", c.XDSNodeMetadata != ""},
+			{"xds-headers", c.XDSHeaders != ""},
+			{"xds-tls", c.XDSTLS},
+			{"xds-tls-cert", c.XDSTLSCert != ""},
+			{"xds-tls-key", c.XDSTLSKey != ""},
+			{"xds-tls-ca", c.XDSTLSCA != ""},
+			{"xds-tls-san", c.XDSTLSSAN != ""},
+			{"xds-backoff-initial", c.XDSBackoffInitial != d.XDSBackoffInitial},
+			{"xds-backoff-max", c.XDSBackoffMax != d.XDSBackoffMax},
+			{"xds-backoff-jitter", c.XDSBackoffJitter != d.XDSBackoffJitter},
+			{"xds-max-msg-size", c.XDSMaxMsgSize != d.XDSMaxMsgSize},
+		} {
+			if f.set {
+				bad(f.flag, "has no effect without --config-type GRPC_XDS_SOTW")
+			}
+		}
+		// The rules come from the directory only without xDS.
+		if c.ConfigDir == "" {
+			bad("config-dir", "must not be empty")
+		} else if fi, err := os.Stat(c.ConfigDir); err != nil {
+			bad("config-dir", "%v", err)
+		} else if !fi.IsDir() {
+			bad("config-dir", "%s is not a directory", c.ConfigDir)
+		}
+	}
+	if c.Replicas < 1 {
+		bad("replicas", "must be at least 1, got %d", c.Replicas)
+	}
+	if c.ConsulService == "" {
+		for _, f := range []struct{ flag, v string }{{"consul-filter", c.ConsulFilter}, {"consul-datacenter", c.ConsulDatacenter}, {"node", c.Node}} {
+			if f.v != "" {
+				bad(f.flag, "has no effect without --consul-service")
+			}
+		}
+	}
+	if !(c.ConsulQueryRate > 0) {
+		bad("consul-query-rate", "must be positive")
+	}
+	if c.ConsulWait < time.Second || c.ConsulWait > 10*time.Minute {
+		bad("consul-wait", "must be between 1s and 10m (Consul caps it at 10m), got %s", c.ConsulWait)
+	}
+	if c.MaxBuckets < 1 {
+		bad("max-buckets", "must be at least 1")
+	}
+	if c.SweepInterval <= 0 {
+		bad("sweep-interval", "must be positive")
+	}
+	if c.ReloadDebounce < 0 {
+		bad("reload-debounce", "must not be negative")
+	}
+	if c.Drain < 0 || c.ShutdownTimeout < 0 {
+		bad("drain", "durations must not be negative")
+	}
+	for _, f := range []struct{ flag, v string }{{"header-limit", c.HeaderLimit}, {"header-remaining", c.HeaderRemaining}, {"header-reset", c.HeaderReset}} {
+		if !validHeader(f.v) {
+			bad(f.flag, "%q is not a valid header name", f.v)
+		}
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", "want text or json, got %q", c.LogFormat)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}
+
+// validateXDS checks the xDS client's settings, reporting through bad.
+func (c *Config) validateXDS(bad func(flag, format string, args ...any)) {
+	if c.XDSServerURL == "" {
+		bad("xds-server-url", "must not be empty")
+	}
+	if c.XDSNodeID == "" {
+		bad("xds-node-id", "must not be empty")
+	}
+	if _, err := ParseKeyValues(c.XDSNodeMetadata); err != nil {
+		eachError(err, func(err error) { bad("xds-node-metadata", "%v", err) })
+	}
+	if headers, err := ParseKeyValues(c.XDSHeaders); err != nil {
+		eachError(err, func(err error) { bad("xds-headers", "%v", err) })
+	} else {
+		// gRPC sends metadata keys in lower case: X-A and x-a are one header.
+		seen := map[string]bool{}
+		for _, k := range slices.Sorted(maps.Keys(headers)) {
+			lk := strings.ToLower(k)
+			switch {
+			case !validMetadataKey(lk):
+				bad("xds-headers", "%q is not a valid gRPC metadata key (letters, digits, '-', '_', '.')", k)
+			case seen[lk]:
+				bad("xds-headers", "%q is given twice", lk)
+			case !strings.HasSuffix(lk, "-bin") && !printableASCII(headers[k]):
+				bad("xds-headers", "the value of %q must be printable ASCII", k)
+			}
+			seen[lk] = true
+		}
+	}
+	if !c.XDSTLS {
+		for _, f := range []struct{ flag, v string }{{"xds-tls-cert", c.XDSTLSCert}, {"xds-tls-key", c.XDSTLSKey}, {"xds-tls-ca", c.XDSTLSCA}, {"xds-tls-san", c.XDSTLSSAN}} {
+			if f.v != "" {
+				bad(f.flag, "has no effect without --xds-tls")
+			}
+		}
+	} else {
+		if (c.XDSTLSCert == "") != (c.XDSTLSKey == "") {
+			bad("xds-tls-cert", "--xds-tls-cert and --xds-tls-key go together")
+		}
+		for _, f := range []struct{ flag, path string }{{"xds-tls-cert", c.XDSTLSCert}, {"xds-tls-key", c.XDSTLSKey}, {"xds-tls-ca", c.XDSTLSCA}} {
+			if f.path != "" {
+				if _, err := os.Stat(f.path); err != nil {
+					bad(f.flag, "%v", err)
+				}
+			}
+		}
+	}
+	if c.XDSBackoffInitial <= 0 {
+		bad("xds-backoff-initial", "must be positive")
+	} else if c.XDSBackoffMax < c.XDSBackoffInitial {
+		bad("xds-backoff-max", "must be at least --xds-backoff-initial (%s), got %s", c.XDSBackoffInitial, c.XDSBackoffMax)
+	}
+	if !(c.XDSBackoffJitter >= 0 && c.XDSBackoffJitter <= 1) {
+		bad("xds-backoff-jitter", "must be between 0 and 1, got %v", c.XDSBackoffJitter)
+	}
+	if c.XDSMaxMsgSize < 0 {
+		bad("xds-max-msg-size", "must not be negative")
+	}
+}
+
+// eachError calls f with each error joined in err (errors.Join), or err itself.
+func eachError(err error, f func(error)) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			f(e)
+		}
+		return
+	}
+	f(err)
+}
+
+func validMetadataKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if !(r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+func printableASCII(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// IsLoopback reports whether host names only this machine.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validHeader(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 127 || !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
