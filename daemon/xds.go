@@ -69,11 +69,8 @@ func (d *Daemon) xdsRules(rules *installer, reg prometheus.Registerer) error {
 
 // sourceStatus is the xDS state as the admin pages show it.
 func sourceStatus(st xds.Status) server.SourceStatus {
-	out := server.SourceStatus{Kind: "xds", Location: st.Server, Connected: st.Connected, Version: st.Version,
-		LastError: st.LastError, Updates: st.Updates, Nacks: st.Nacks}
-	if !st.ConnectedSince.IsZero() {
-		out.ConnectedSince = st.ConnectedSince
-	}
+	out := server.SourceStatus{Kind: "xds", Location: st.Server, Connected: st.Connected, ConnectedSince: st.ConnectedSince,
+		Version: st.Version, LastError: st.LastError, Updates: st.Updates, Nacks: st.Nacks}
 	if st.LastNack.Version != "" || st.LastNack.Error != "" {
 		out.LastNack = &server.Nack{Version: st.LastNack.Version, Error: st.LastNack.Error, At: st.LastNack.At}
 	}

@@ -263,11 +263,11 @@ func (b *boundRules) lookupLimit(st *descriptors.Status) *rlsv3.RateLimitRespons
 // lookupMetadata is the metadata of a config rule's decision: the binding's
 // when b is the status's set, else built from the rule itself.
 func (b *boundRules) lookupMetadata(st *descriptors.Status) *structpb.Struct {
-	if b != nil && !st.Override && st.Rule != nil && st.Rule.ID() < len(b.rules) && b.set.Rule(st.Rule.ID()) == st.Rule {
-		return b.rules[st.Rule.ID()].metadata
-	}
-	if st.Rule == nil {
+	if st.Override || st.Rule == nil {
 		return nil
+	}
+	if br := b.lookup(st, ""); br.series != nil {
+		return br.metadata
 	}
 	return ruleMetadata(st.Rule)
 }
