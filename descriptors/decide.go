@@ -76,7 +76,8 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 	}
 	out = out[:len(descs)]
 	dec.Statuses = out
-	dom := in.set.domains[domain]
+	sl := in.domains[domain]
+	dom := sl.dom
 	for i, d := range descs {
 		st := &out[i]
 		*st = Status{Code: OK}
@@ -94,7 +95,7 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 	if in.set.hasReplaces {
 		markReplaced(out)
 	}
-	wt := e.weight.Load()
+	wt := e.weights[sl.group].Load()
 	quotaAll := e.quota.Load()
 	overall := OK
 	quotas, quotasOver := 0, 0
@@ -123,14 +124,18 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 			req.OverflowKey = in.overflow[st.Rule.id]
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
-		res, ovf := e.store.Do(req, wt, now)
+		w := wt
+		if req.Group = sl.group; lim.share == ShareReplica {
+			w, req.Group = e.weights[replicaGroup].Load(), replicaGroup
+		}
+		res, ovf := e.store.Do(req, w, now)
 		st.Overflow = ovf
 		st.Reset, st.Wait = res.Reset, res.Wait
 		if lim.params.Blocked() {
 			st.Reset = lim.Window()
 		}
 		if res.OK {
-			st.Remaining = remaining(res.Tokens, wt.W, lim.burst)
+			st.Remaining = remaining(res.Tokens, w.W, lim.burst)
 		} else if st.Rule != nil && st.Rule.shadowMode {
 			st.Shadowed = true
 		} else {
@@ -148,7 +153,7 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 		overall = OverLimit
 	}
 	if overall == OverLimit {
-		e.cancelWaits(in, domain, descs, hits, out, wt, now)
+		e.cancelWaits(in, domain, descs, hits, out, sl.group, now)
 	}
 	dec.Code = overall
 	return nil
@@ -158,14 +163,18 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 // request answered OVER_LIMIT anyway: holding that answer would only delay a
 // refusal, and the reservation would spend tokens on a request that never
 // passes.
-func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, wt *bucket.Weight, now int64) {
+func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, group uint8, now int64) {
 	for i := range out {
 		st := &out[i]
 		if st.Wait == 0 {
 			continue
 		}
 		_, n := operation(descs[i], hits)
-		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n}
+		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n, Group: group}
+		if st.Limit.share == ShareReplica {
+			req.Group = replicaGroup
+		}
+		wt := e.weights[req.Group].Load()
 		switch {
 		case st.Override:
 			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])

@@ -43,6 +43,9 @@ func dumpLevel(b *strings.Builder, file string, l *level, depth int) {
 				if r.PerValue() {
 					b.WriteString(" per-value")
 				}
+				if r.limit.share != ShareCluster {
+					fmt.Fprintf(b, " share=%s", r.limit.share)
+				}
 			}
 		}
 		for _, f := range []struct {

@@ -1,26 +1,61 @@
 package descriptors
 
 import (
+	"errors"
+	"fmt"
 	"hash/maphash"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
-// installed is a Set with the per-rule hashes the store keys start from.
+// installed is a Set with the per-rule hashes the store keys start from, and
+// each domain's weight group.
 type installed struct {
 	set      *Set
 	ids      []uint64 // by Rule.ID
 	overflow []uint64 // by Rule.ID
+	domains  map[string]slot
 }
 
-// Engine decides requests. It holds the current Set, the current weight and the
-// buckets. It is safe for concurrent use: Decide takes no engine-wide lock, and a
-// Swap or SetWeight is seen by the next Decide.
+// slot is a domain as Decide finds it: its rules and the group whose weight
+// divides its limits.
+type slot struct {
+	dom   *Domain
+	group uint8
+}
+
+// Weight groups. Every domain's limits are divided by the weight of one
+// group: the default group, or the group AddGroup gave it (one per
+// membership view, so each domain follows the replica count of its own
+// service). Group 0 is reserved for share: replica limits, whose weight is 1
+// for ever.
+const (
+	replicaGroup = 0
+	// DefaultGroup divides the limits of every domain not given to another.
+	DefaultGroup = 1
+	// MaxGroups bounds the groups, DefaultGroup included. A bucket records
+	// its group in one byte.
+	MaxGroups = 255
+)
+
+// ErrGroup marks a weight group that cannot be added.
+var ErrGroup = errors.New("weight group")
+
+// Engine decides requests. It holds the current Set, the current weight of
+// each group and the buckets. It is safe for concurrent use: Decide takes no
+// engine-wide lock, and a Swap or SetWeight is seen by the next Decide.
 type Engine struct {
-	cur       atomic.Pointer[installed]
-	weight    atomic.Pointer[bucket.Weight]
+	cur atomic.Pointer[installed]
+	// weights[g] is group g's weight, nil past the last group;
+	// weights[replicaGroup] never changes.
+	weights   [MaxGroups + 1]atomic.Pointer[bucket.Weight]
+	groups    atomic.Int32                     // groups in use, replicaGroup included
+	groupOf   atomic.Pointer[map[string]uint8] // domain -> group, DefaultGroup when absent; copied on write
+	swapMu    sync.Mutex                       // serialises Swap and AddGroup
 	store     *bucket.Store
 	seed      maphash.Seed
 	overrides atomic.Pointer[map[overrideSpec]*Limit]
@@ -28,11 +63,15 @@ type Engine struct {
 	quota     atomic.Bool
 }
 
-// NewEngine returns an engine deciding with set at weight w, keeping buckets in
-// store. It starts no goroutines; the caller runs Sweep.
+// NewEngine returns an engine deciding with set, every domain in the default
+// group at weight w, keeping buckets in store. It starts no goroutines; the
+// caller runs Sweep.
 func NewEngine(set *Set, w float64, store *bucket.Store) *Engine {
 	e := &Engine{store: store, seed: maphash.MakeSeed()}
-	e.weight.Store(bucket.InitialWeight(w))
+	e.weights[replicaGroup].Store(bucket.InitialWeight(1))
+	e.weights[DefaultGroup].Store(bucket.InitialWeight(w))
+	e.groups.Store(DefaultGroup + 1)
+	e.groupOf.Store(&map[string]uint8{})
 	e.overrides.Store(&map[overrideSpec]*Limit{})
 	if set == nil {
 		set = Empty()
@@ -41,14 +80,63 @@ func NewEngine(set *Set, w float64, store *bucket.Store) *Engine {
 	return e
 }
 
+// AddGroup adds a weight group at weight w and moves domains into it: from
+// now on their limits are divided by the group's weight, which SetGroupWeight
+// changes. It returns the group. It must be called before the engine serves:
+// a bucket's weight history belongs to its group, so a domain's group is
+// fixed for the engine's life, and a domain already given to a group, an
+// empty domain, or one group too many is an error wrapping ErrGroup.
+func (e *Engine) AddGroup(domains []string, w float64) (int, error) {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	n := int(e.groups.Load())
+	if n > MaxGroups {
+		return 0, fmt.Errorf("%w: more than %d groups", ErrGroup, MaxGroups)
+	}
+	if !(w > 0) || w > 1 {
+		return 0, fmt.Errorf("%w: weight %v is not in (0, 1]", ErrGroup, w)
+	}
+	old := *e.groupOf.Load()
+	for i, d := range domains {
+		if _, dup := old[d]; dup || d == "" || slices.Contains(domains[:i], d) {
+			return 0, fmt.Errorf("%w: domain %q is empty or already in a group", ErrGroup, d)
+		}
+	}
+	g := uint8(n)
+	e.weights[g].Store(bucket.InitialWeight(w))
+	e.groups.Store(int32(n + 1))
+	groupOf := maps.Clone(old)
+	for _, d := range domains {
+		groupOf[d] = g
+	}
+	e.groupOf.Store(&groupOf)
+	e.swap(e.cur.Load().set)
+	return int(g), nil
+}
+
 // Swap installs set and returns the set it replaced. Buckets of every rule whose
 // domain, path and limit are unchanged keep their state: their keys are derived
 // from exactly those, so the new set finds them where the old one left them.
 func (e *Engine) Swap(set *Set) *Set {
-	in := &installed{set: set, ids: make([]uint64, len(set.rules)), overflow: make([]uint64, len(set.rules))}
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	return e.swap(set)
+}
+
+func (e *Engine) swap(set *Set) *Set {
+	in := &installed{set: set, ids: make([]uint64, len(set.rules)), overflow: make([]uint64, len(set.rules)),
+		domains: make(map[string]slot, len(set.domains))}
 	for i, r := range set.rules {
 		in.ids[i] = maphash.String(e.seed, r.identity)
 		in.overflow[i] = mix(in.ids[i], 0x6f766572666c6f77) // "overflow"
+	}
+	groupOf := *e.groupOf.Load()
+	for name, dom := range set.domains {
+		g, ok := groupOf[name]
+		if !ok {
+			g = DefaultGroup
+		}
+		in.domains[name] = slot{dom: dom, group: g}
 	}
 	old := e.cur.Swap(in)
 	if old == nil {
@@ -70,25 +158,62 @@ func (e *Engine) Set() *Set { return e.cur.Load().set }
 // Store returns the bucket store.
 func (e *Engine) Store() *bucket.Store { return e.store }
 
-// Weight returns the current weight epoch.
-func (e *Engine) Weight() *bucket.Weight { return e.weight.Load() }
+// Weight returns the default group's current weight epoch.
+func (e *Engine) Weight() *bucket.Weight { return e.weights[DefaultGroup].Load() }
 
-// SetWeight re-divides every limit: from now on each bucket refills at w's
-// share, keeping its fill ratio. Buckets adopt it lazily on their next use.
-func (e *Engine) SetWeight(w float64, now int64) {
-	if !(w > 0) || w > 1 {
+// GroupWeight returns group g's current weight epoch; nil for no such group.
+func (e *Engine) GroupWeight(g int) *bucket.Weight {
+	if g < DefaultGroup || g >= int(e.groups.Load()) {
+		return nil
+	}
+	return e.weights[g].Load()
+}
+
+// DomainGroup is the group whose weight divides domain's limits.
+func (e *Engine) DomainGroup(domain string) int {
+	if g, ok := (*e.groupOf.Load())[domain]; ok {
+		return int(g)
+	}
+	return DefaultGroup
+}
+
+// RuleWeight is the weight r's limit is divided by: 1 for share: replica,
+// else the current weight of its domain's group.
+func (e *Engine) RuleWeight(r *Rule) *bucket.Weight {
+	if r.limit != nil && r.limit.share == ShareReplica {
+		return e.weights[replicaGroup].Load()
+	}
+	return e.weights[e.DomainGroup(r.domain)].Load()
+}
+
+// SetWeight re-divides the limits of the default group; see SetGroupWeight.
+func (e *Engine) SetWeight(w float64, now int64) { e.SetGroupWeight(DefaultGroup, w, now) }
+
+// SetGroupWeight re-divides every limit of group g: from now on each of its
+// buckets refills at w's share, keeping its fill ratio. Buckets adopt it
+// lazily on their next use. Other groups' buckets are not touched.
+func (e *Engine) SetGroupWeight(g int, w float64, now int64) {
+	if !(w > 0) || w > 1 || g < DefaultGroup || g >= int(e.groups.Load()) {
 		return // a weight outside (0,1] is a bug upstream of here; keep the last
 	}
+	p := &e.weights[g]
 	for {
-		old := e.weight.Load()
+		old := p.Load()
 		if old.W == w {
 			return
 		}
-		if e.weight.CompareAndSwap(old, old.Next(w, now)) {
+		if p.CompareAndSwap(old, old.Next(w, now)) {
 			return
 		}
 	}
 }
 
-// Sweep drops buckets that have refilled to full; see bucket.Store.Sweep.
-func (e *Engine) Sweep(now int64) int { return e.store.Sweep(e.weight.Load(), now) }
+// Sweep drops buckets that have refilled to full, each judged by its own
+// group's weight; see bucket.Store.SweepGroups.
+func (e *Engine) Sweep(now int64) int {
+	ws := make([]*bucket.Weight, e.groups.Load())
+	for i := range ws {
+		ws[i] = e.weights[i].Load()
+	}
+	return e.store.SweepGroups(ws, now)
+}

@@ -98,6 +98,10 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 		return
 	}
 	fmt.Fprintf(out, "  cluster-wide: %s (refills %.6g/s, bucket of %d)\n", l, l.params.Rate, l.burst)
+	if l.share == ShareReplica {
+		fmt.Fprintf(out, "  share: replica: not divided by the weight; every replica enforces the whole limit on its own\n")
+		w = 1
+	}
 	if l.params.Blocked() {
 		fmt.Fprintf(out, "  local share: 0: requests_per_unit 0 blocks every request on every replica\n")
 	} else {

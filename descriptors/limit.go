@@ -11,7 +11,7 @@ import (
 func isLimitKey(k string) bool {
 	switch k {
 	case "unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "burst", "policy", "max_wait":
+		"unit_multiplier", "burst", "policy", "max_wait", "share":
 		return true
 	}
 	return false
@@ -21,11 +21,11 @@ func isLimitKey(k string) bool {
 // and the nodes that the checks across fields point their errors at.
 type limitDraft struct {
 	*Limit
-	unitText                                        string
-	hasUnit                                         bool
-	hasRPU                                          bool
-	unit, rpu, unlimited, mult, burst, policy, wait *yaml.Node
-	replaceNodes                                    []*yaml.Node // by replaces index
+	unitText                                               string
+	hasUnit                                                bool
+	hasRPU                                                 bool
+	unit, rpu, unlimited, mult, burst, policy, wait, share *yaml.Node
+	replaceNodes                                           []*yaml.Node // by replaces index
 }
 
 // limit reads a rate_limit block. Each field is read by a step of its own, in
@@ -77,6 +77,8 @@ func (p *parser) limitField(d *limitDraft, key string, k, v *yaml.Node, fp strin
 		p.policyField(d, v, fp)
 	case "max_wait":
 		p.maxWait(d, v, fp)
+	case "share":
+		p.shareField(d, v, fp)
 	}
 }
 
@@ -115,6 +117,20 @@ func (p *parser) policyField(d *limitDraft, v *yaml.Node, fp string) {
 	}
 }
 
+// shareField reads rate_limit.share, a sharelimit extension: cluster (the
+// default) or replica.
+func (p *parser) shareField(d *limitDraft, v *yaml.Node, fp string) {
+	d.share = v
+	switch s := p.str(v, fp); strings.ToLower(s) {
+	case "cluster", "":
+		d.Limit.share = ShareCluster
+	case "replica":
+		d.Limit.share = ShareReplica
+	default:
+		p.errorf(v, fp, "invalid share '%s' (want cluster or replica)", s)
+	}
+}
+
 func (p *parser) maxWait(d *limitDraft, v *yaml.Node, fp string) {
 	d.wait = v
 	s := p.str(v, fp)
@@ -138,8 +154,8 @@ func (p *parser) checkUnit(d *limitDraft, n *yaml.Node, path string) Unit {
 	case d.Limit.unlimited && d.hasUnit && valid:
 		p.errorf(d.unit, path+".unit", "should not specify rate limit unit when unlimited")
 	case d.Limit.unlimited:
-		if x := firstOf(d.burst, d.policy, d.wait); x != nil {
-			p.errorf(x, path, "burst, policy and max_wait have no meaning when unlimited")
+		if x := firstOf(d.burst, d.policy, d.wait, d.share); x != nil {
+			p.errorf(x, path, "burst, policy, max_wait and share have no meaning when unlimited")
 		}
 	case !valid:
 		p.errorf(firstOf(d.unit, n), path+".unit", "invalid rate limit unit '%s'", d.unitText)

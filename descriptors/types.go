@@ -22,6 +22,7 @@ type Limit struct {
 	burst           uint64 // the cluster-wide bucket size; requests_per_unit unless set
 	policy          Policy
 	maxWait         time.Duration
+	share           Share
 
 	params bucket.Params // derived from the fields above
 }
@@ -49,6 +50,10 @@ func (l *Limit) Burst() uint64 { return l.burst }
 
 // Policy says what a draw on an empty bucket does.
 func (l *Limit) Policy() Policy { return l.policy }
+
+// Share says whether the limit is divided among the replicas (cluster, the
+// default) or enforced whole by each (replica).
+func (l *Limit) Share() Share { return l.share }
 
 // MaxWait is how long a wait-policy draw may hold its answer.
 func (l *Limit) MaxWait() time.Duration { return l.maxWait }
@@ -96,7 +101,9 @@ func (l *Limit) finish() {
 // identity is what a bucket's state is tied to across reloads: change any of it
 // and the rule starts with fresh buckets.
 func (l *Limit) identity() string {
-	return fmt.Sprintf("%d/%s*%d burst=%d %s %s", l.requestsPerUnit, l.unit, l.unitMultiplier, l.burst, l.policy, l.maxWait)
+	// The share is part of it: a bucket's weight history belongs to its share,
+	// so a bucket cannot move from one to the other.
+	return fmt.Sprintf("%d/%s*%d burst=%d %s %s share=%s", l.requestsPerUnit, l.unit, l.unitMultiplier, l.burst, l.policy, l.maxWait, l.share)
 }
 
 func (l *Limit) String() string {
@@ -112,6 +119,9 @@ func (l *Limit) String() string {
 	}
 	if l.policy == Wait {
 		s += fmt.Sprintf(", wait up to %s", l.maxWait)
+	}
+	if l.share == ShareReplica {
+		s += ", per replica"
 	}
 	return s
 }

@@ -102,6 +102,26 @@ func (p Policy) String() string {
 	return "reject"
 }
 
+// Share says how a limit is divided among the replicas that enforce it
+// (rate_limit.share).
+type Share uint8
+
+const (
+	// ShareCluster divides the limit by this replica's membership weight: the
+	// replicas together enforce it once. The default.
+	ShareCluster Share = iota
+	// ShareReplica does not divide it: every replica enforces the whole limit
+	// on its own, a per-instance protection such as a guard for one backend.
+	ShareReplica
+)
+
+func (s Share) String() string {
+	if s == ShareReplica {
+		return "replica"
+	}
+	return "cluster"
+}
+
 // MaxWindow is the longest window a limit may have (unit × unit_multiplier).
 // A longer one is no rate anyone means, and past about 292 years the product
 // no longer fits a time.Duration: it once wrapped negative, and a negative

@@ -19,7 +19,7 @@ func (s *Set) Warnings(replicas int) []string {
 		if l == nil || l.unlimited {
 			continue
 		}
-		if !l.params.Blocked() && l.params.Size*w < 1 {
+		if !l.params.Blocked() && l.share == ShareCluster && l.params.Size*w < 1 {
 			out = append(out, fmt.Sprintf("%s: %s: warning: a burst of %d over %d replicas is %.3g per replica; each replica still admits 1, so the cluster may admit up to %d per window",
 				r.pos, r.path, l.burst, replicas, l.params.Size*w, replicas))
 		}

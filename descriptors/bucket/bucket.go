@@ -96,6 +96,10 @@ type State struct {
 	Fill  float64
 	Last  int64
 	Epoch uint32
+	// group is the weight history the bucket lives by, as a Store keeps it
+	// (Request.Group): the sweeper judges it by that group's weight, never
+	// another's. It sits in padding, so it costs no memory.
+	group uint8
 }
 
 // Full returns a bucket that starts full at now.

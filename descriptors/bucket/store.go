@@ -18,14 +18,16 @@ const DefaultMaxBuckets = 1_000_000
 // sweeper needs to tell whether it has refilled. It holds no pointers, so the
 // maps that hold entries by value are never scanned by the garbage collector,
 // however many buckets are live: a GC cycle costs the same with a million
-// buckets as with none. 32 bytes.
+// buckets as with none. 32 bytes: its group rides in State's padding.
 type entry struct {
 	State
 	rate, size float32 // cluster-wide, for the sweeper only; decisions use the request's Params
 }
 
-func newEntry(now int64, wt *Weight, p *Params) entry {
-	return entry{State: Full(now, wt), rate: float32(p.Rate), size: float32(p.Size)}
+func newEntry(now int64, wt *Weight, r *Request) entry {
+	e := entry{State: Full(now, wt), rate: float32(r.Params.Rate), size: float32(r.Params.Size)}
+	e.group = r.Group
+	return e
 }
 
 func (e *entry) params() Params { return Params{Rate: float64(e.rate), Size: float64(e.size)} }
@@ -89,6 +91,10 @@ type Request struct {
 	Params      *Params
 	Op          Op
 	N           float64
+	// Group names the weight history wt belongs to, for the sweeper: a bucket
+	// must always be used with the same group, since its Epoch counts that
+	// group's changes. Stores with one weight leave it 0.
+	Group uint8
 }
 
 // Do applies r at now with weight wt. A missing bucket is full, and it is
@@ -136,7 +142,7 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, f
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
 	if !ok {
-		e = newEntry(max(now, s.floor.Load()), wt, r.Params)
+		e = newEntry(max(now, s.floor.Load()), wt, r)
 		e.Fill = fill
 	}
 	res := e.State.Do(r.Params, wt, now, r.Op, r.N)
@@ -192,10 +198,17 @@ func (s *Store) Overflowed() uint64 { return s.overflow.Load() }
 // Max is the cap on live buckets.
 func (s *Store) Max() int { return int(s.max) }
 
-// Sweep drops every bucket that has refilled to full by now. A full bucket is
-// indistinguishable from a missing one, so this loses nothing. It returns how many
-// buckets it dropped. It holds one shard's lock at a time.
-func (s *Store) Sweep(wt *Weight, now int64) int {
+// Sweep drops every bucket that has refilled to full by now, judged at wt. A
+// full bucket is indistinguishable from a missing one, so this loses nothing.
+// It returns how many buckets it dropped. It holds one shard's lock at a time.
+// It is SweepGroups for a store whose buckets all live in group 0.
+func (s *Store) Sweep(wt *Weight, now int64) int { return s.SweepGroups([]*Weight{wt}, now) }
+
+// SweepGroups is Sweep for buckets of several groups: each bucket is judged
+// by weights[its group]. A bucket whose group has no weight here is kept:
+// judged by another group's weight it could be dropped while not yet full,
+// and come back full, which is looser.
+func (s *Store) SweepGroups(weights []*Weight, now int64) int {
 	// The floor is raised before anything is dropped, so a request that finds
 	// its bucket gone (under the same shard lock) also sees the floor.
 	for f := s.floor.Load(); f < now; f = s.floor.Load() {
@@ -211,7 +224,10 @@ func (s *Store) Sweep(wt *Weight, now int64) int {
 			// A bucket last used after now is judged at its own last reading
 			// by a later sweep: dropping it here could let it restart at now,
 			// earlier than the time it has already been refilled to.
-			if p := e.params(); e.Last <= now && e.FullAt(&p, wt, now) {
+			if int(e.group) >= len(weights) || weights[e.group] == nil {
+				continue
+			}
+			if p := e.params(); e.Last <= now && e.FullAt(&p, weights[e.group], now) {
 				delete(sh.m, k)
 				s.live.Add(-1)
 				dropped++

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 )
@@ -118,4 +119,29 @@ func peek(s *Store, key uint64, wt *Weight, now int64) (State, bool) {
 	p := e.params()
 	e.advance(&p, wt, now)
 	return e.State, ok
+}
+
+// The group rides in State's padding: an entry stays 32 bytes, so a million
+// buckets still cost what they did.
+func TestEntryStays32Bytes(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 32 {
+		t.Fatalf("entry is %d bytes", n)
+	}
+}
+
+// A bucket whose group SweepGroups has no weight for is kept, never judged
+// by another group's weight.
+func TestSweepGroupsKeepsUnknownGroups(t *testing.T) {
+	s := NewStore(0)
+	p := &Params{Rate: 1, Size: 10}
+	for g := range uint8(3) {
+		s.Do(Request{Key: uint64(g), Params: p, Op: Draw, N: 1, Group: g}, InitialWeight(1), 0)
+	}
+	weights := []*Weight{InitialWeight(1), nil} // group 1: none; group 2: past the end
+	if n := s.SweepGroups(weights, int64(10e9)); n != 1 {
+		t.Fatalf("swept %d, want only group 0's bucket", n)
+	}
+	if s.Live() != 2 {
+		t.Fatalf("%d live", s.Live())
+	}
 }
