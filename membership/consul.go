@@ -29,13 +29,28 @@ type Consul struct {
 
 	view    atomic.Pointer[View]
 	running atomic.Bool
-	// count is countPassing. Tests swap it, before Run, for a counter that
+	// count is tallyPassing. Tests swap it, before Run, for a counter that
 	// gives what no answer from Consul can, to reach the faults behind it.
-	count func(entries []*api.ServiceEntry, node string) (total, local int)
+	count func(entries []*api.ServiceEntry, node string) tally
+	// cacheRetry is how long the watch sends plain queries after the
+	// agent's cache failed where a plain query did not (see judgeCache).
+	// Tests shorten it before Run.
+	cacheRetry time.Duration
 
 	// Only Run's goroutine touches these.
 	answered bool // Consul has answered at least once
 	index    uint64
+	// The agent cache's standing (judgeCache): suspect after a cached query
+	// the agent answered badly, struck when a plain query then answered,
+	// down after cacheStrikes strikes, and skipped until plainUntil.
+	suspect    bool
+	strikes    int
+	cacheDown  bool
+	cacheErr   error
+	plainUntil time.Time
+	// Instances warned about for a weight below 1 (weigh), by node and ID.
+	warned     map[string]struct{}
+	warnedFull bool
 }
 
 // NewConsul returns a Consul source that reads through client, which carries
@@ -49,7 +64,8 @@ func NewConsul(cfg ConsulConfig, client *api.Client) (*Consul, error) {
 	if client == nil {
 		return nil, errors.New("new consul membership source: nil client")
 	}
-	c := &Consul{cfg: cfg, client: client, log: cfg.Logger, now: cfg.Clock, count: countPassing}
+	c := &Consul{cfg: cfg, client: client, log: cfg.Logger, now: cfg.Clock, cacheRetry: cacheRetry}
+	c.count = c.tallyPassing
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -107,13 +123,18 @@ func (c *Consul) Run(ctx context.Context) error {
 		if !wait() {
 			return nil
 		}
-		total, local, err := c.poll(ctx, node)
+		cached := c.useCache(time.Now())
+		a, err := c.poll(ctx, node, cached)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err == nil {
-			err = c.observe(node, total, local)
+			err = c.observe(node, a)
 		}
+		// After observe, so that an answer the agent's cache gave but
+		// observe refused (one older than the view in force) counts
+		// against the cache as a failed query does.
+		c.judgeCache(ctx, cached, err, time.Now())
 		if err != nil {
 			// The next request is non-blocking: after an error the index
 			// may belong to another server's history (a restarted agent, a

@@ -38,6 +38,15 @@ const (
 	// error and the last view stands.
 	DefaultMaxInstances = 10_000
 
+	// cacheRetry is how long the watch sends plain queries after finding
+	// that the agent cannot serve cached ones, before it tries again: long
+	// enough that a misconfigured agent costs one failed query in ten
+	// minutes, short enough that a fixed one is used again soon.
+	cacheRetry = 10 * time.Minute
+	// cacheStrikes is how many cached queries must fail, each followed by a
+	// plain query that answered, before the watch stops asking for the cache.
+	cacheStrikes = 2
+
 	// requestSlack is added to a blocking query's wait, on top of the up to
 	// wait/16 that Consul adds itself, before the client gives up on it.
 	requestSlack = 5 * time.Second
@@ -81,6 +90,16 @@ type ConsulConfig struct {
 	// MaxInstances is the largest passing-instance count accepted; a larger
 	// answer is an error and the last view stands. Default DefaultMaxInstances.
 	MaxInstances int
+	// IgnoreWeights counts every passing instance as 1, whatever the
+	// Weights.Passing it is registered with. By default (false) shares are
+	// weight-proportional: this node's summed weight over the cluster's.
+	// The field is a negative so that its zero value is the default.
+	IgnoreWeights bool
+	// NoCache sends plain blocking queries. By default (false) the watch
+	// asks with ?cached, so the agent's cache (or its streaming backend)
+	// answers it, and falls back to plain queries where that fails. The
+	// field is a negative so that its zero value is the default.
+	NoCache bool
 	// Token is the ACL token the client sends, if any. It is used only to scrub
 	// the token from error messages and logs, should a server or proxy echo it
 	// back. api.NewClient stores the token it resolved (CONSUL_HTTP_TOKEN or

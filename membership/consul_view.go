@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,23 +13,48 @@ import (
 // maxErrorLen bounds LastError: a proxy's HTML error page is no log line.
 const maxErrorLen = 512
 
+// ageSlack is how far an answer's ObservedAt may fall before the view in
+// force's and still count as no older: the agent sends Age in whole
+// seconds, so two answers from one cache entry can be dated up to a second
+// apart.
+const ageSlack = time.Second
+
+// errOlderAnswer marks an answer that the servers gave before the view in
+// force (a cached answer, dated back by its Age), and that would loosen it.
+var errOlderAnswer = errors.New("answer older than the view in force")
+
 // observe publishes an answer from Consul, or returns an error, publishing
 // nothing, when its counts cannot be a view: that answer is a fault and the
 // last view stands.
-func (c *Consul) observe(node string, total, local int) error {
-	w, err := Weight(local, total)
+func (c *Consul) observe(node string, a answer) error {
+	w, err := weigh(a.tally)
 	if err != nil {
 		return fmt.Errorf("query passing instances of %q: %w; the last view stands", c.cfg.Service, err)
 	}
 	prev := c.view.Load()
+	// A cached answer is as old as the cache's last refresh from the
+	// servers: an agent that lost them keeps answering from its cache, and
+	// the view's age must show it.
+	observed := c.now().Add(-max(a.cacheAge, 0))
+	if c.answered && w > prev.Weight && observed.Add(ageSlack).Before(prev.ObservedAt) {
+		// The view in force came from the servers after this answer did
+		// (the watch fell back to plain queries while the cache stopped
+		// following them), so this answer says less about now than the
+		// view does, and it would loosen it. A tighter older answer is
+		// published: it loosens nothing.
+		return fmt.Errorf("query passing instances of %q: observed %s before the view in force, at weight %v over %v: %w; the last view stands",
+			c.cfg.Service, prev.ObservedAt.Sub(observed).Round(time.Second), w, prev.Weight, errOlderAnswer)
+	}
 	v := &View{
-		Source:     "consul",
-		Node:       node,
-		Total:      total,
-		Local:      local,
-		Weight:     w,
-		ObservedAt: c.now(),
-		Errors:     prev.Errors,
+		Source:      "consul",
+		Node:        node,
+		Total:       a.total,
+		Local:       a.local,
+		TotalWeight: a.totalWeight,
+		LocalWeight: a.localWeight,
+		Weight:      w,
+		ObservedAt:  observed,
+		Errors:      prev.Errors,
 	}
 	first := !c.answered
 	c.answered = true
@@ -37,20 +63,45 @@ func (c *Consul) observe(node string, total, local int) error {
 	if prev.LastError != "" {
 		c.log.Info("consul membership: consul answers again", "errors", v.Errors)
 	}
+	same := prev.Total == v.Total && prev.Local == v.Local &&
+		prev.TotalWeight == v.TotalWeight && prev.LocalWeight == v.LocalWeight
 	switch {
-	case !first && prev.Total == total && prev.Local == local:
-		c.log.Debug("consul membership: view confirmed", "total", total, "local", local, "index", c.index)
+	case !first && same:
+		c.log.Debug("consul membership: view confirmed", "total", v.Total, "local", v.Local, "index", c.index,
+			"cached", a.cached, "cache_hit", a.cacheHit, "cache_age", a.cacheAge)
 	default:
-		args := []any{"service", c.cfg.Service, "node", node, "total", total, "local", local, "weight", v.Weight}
+		args := []any{"service", c.cfg.Service, "node", node, "total", v.Total, "local", v.Local, "weight", v.Weight}
+		if v.TotalWeight != v.Total {
+			args = append(args, "total_weight", v.TotalWeight, "local_weight", v.LocalWeight)
+		}
 		if !first {
 			args = append(args, "previous_total", prev.Total, "previous_local", prev.Local)
 		}
-		if local == 0 {
-			args = append(args, "note", "no passing instance on this node; this replica counts itself in")
+		if v.Local == 0 {
+			args = append(args, "note", "no passing instance on this node; this replica counts itself in at weight 1")
 		}
 		c.log.Info("consul membership: view changed", args...)
 	}
 	return nil
+}
+
+// weigh is the share a tally gives: Weight of its summed weights. Its counts
+// must make sense on their own (Weight's rules), and its weights must agree
+// with them, every instance weighing at least 1; otherwise it is an error
+// wrapping ErrImpossibleCount.
+func weigh(t tally) (float64, error) {
+	if _, err := Weight(t.local, t.total); err != nil {
+		return 0, err
+	}
+	w, err := Weight(t.localWeight, t.totalWeight)
+	if err != nil {
+		return 0, fmt.Errorf("by weight: %w", err)
+	}
+	if t.localWeight < t.local || t.totalWeight-t.localWeight < t.total-t.local || (t.local == 0) != (t.localWeight == 0) {
+		return 0, fmt.Errorf("weigh %d local of %d instances at weights %d of %d: an instance weighs at least 1: %w",
+			t.local, t.total, t.localWeight, t.totalWeight, ErrImpossibleCount)
+	}
+	return w, nil
 }
 
 // fail publishes an error: the view stands, only LastError and Errors change.

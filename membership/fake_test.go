@@ -605,8 +605,9 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 }
 
 // TestFakeImpossibleCount feeds the watch counts no catalog can hold, such as
-// more instances on this node than in the whole service. No body the fake can
-// send makes countPassing produce one, so the counter is swapped; the rest is
+// more instances on this node than in the whole service, or weights that
+// disagree with the counts. No body the fake can send makes countPassing
+// produce one, so the counter is swapped; the rest is
 // the real watch loop. Such an answer must be a fault like any other: the
 // last view stands, the error is counted and reported, and the next sane
 // answer is taken again.
@@ -614,11 +615,20 @@ func TestFakeImpossibleCount(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
-		count func(total, local int) (int, int)
+		count func(t tally) tally
 	}{
-		{"local above total", func(total, local int) (int, int) { return total, total + 2 }},
-		{"negative local", func(total, local int) (int, int) { return total, -1 }},
-		{"negative total", func(total, local int) (int, int) { return -total, 0 }},
+		{"local above total", func(t tally) tally {
+			t.local, t.localWeight = t.total+2, t.totalWeight+2
+			return t
+		}},
+		{"negative local", func(t tally) tally { t.local, t.localWeight = -1, -1; return t }},
+		{"negative total", func(t tally) tally {
+			t.total, t.totalWeight, t.local, t.localWeight = -t.total, -t.totalWeight, 0, 0
+			return t
+		}},
+		{"local weight above total weight", func(t tally) tally { t.localWeight = t.totalWeight + 1; return t }},
+		{"weights below the counts", func(t tally) tally { t.totalWeight = t.total - 1; return t }},
+		{"a local instance weighing 0", func(t tally) tally { t.localWeight = 0; return t }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -640,12 +650,12 @@ func TestFakeImpossibleCount(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.count = func(e []*api.ServiceEntry, node string) (int, int) {
-				total, local := countPassing(e, node)
+			c.count = func(e []*api.ServiceEntry, node string) tally {
+				t := c.tallyPassing(e, node)
 				if phase.Load() == 1 {
-					return tc.count(total, local)
+					return tc.count(t)
 				}
-				return total, local
+				return t
 			}
 			run(t, c)
 			waitView(t, c, counts(2, 1), "the first answer")

@@ -15,8 +15,8 @@ import (
 )
 
 // FuzzDecodeHealth feeds arbitrary bodies and X-Consul-Index headers through
-// the real path of one poll: the api client's decoding, the counting and the
-// publishing of a view. Nothing may panic, and any view published must make
+// the real path of one poll: the api client's decoding, the counting and
+// weighing, and the publishing of a view. Nothing may panic, and any view published must make
 // sense.
 func FuzzDecodeHealth(f *testing.F) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*"))
@@ -70,7 +70,7 @@ func FuzzDecodeHealth(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		total, local, err := c.poll(ctx, "node-a")
+		a, err := c.poll(ctx, "node-a", true)
 		if err != nil {
 			c.fail(ctx, err, 0)
 			if v := c.View(); v.Total != 3 || v.Errors != 1 || v.LastError == "" {
@@ -78,9 +78,10 @@ func FuzzDecodeHealth(f *testing.F) {
 			}
 			return
 		}
-		c.observe("node-a", total, local)
+		c.observe("node-a", a)
 		v := c.View()
-		if v.Total < 0 || v.Local < 0 || v.Local > v.Total || v.Weight <= 0 || v.Weight > 1 {
+		if v.Total < 0 || v.Local < 0 || v.Local > v.Total || v.Weight <= 0 || v.Weight > 1 ||
+			v.LocalWeight < v.Local || v.TotalWeight < v.Total || v.LocalWeight > v.TotalWeight {
 			t.Fatalf("nonsensical view %+v from body %q", v, body)
 		}
 	})

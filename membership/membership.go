@@ -9,8 +9,16 @@
 // Two sources exist. Static is the embedded default: a fixed replica count
 // (--replicas), so the daemon runs with no Consul at all. Consul watches the
 // service's passing instances in Consul's health catalog with blocking queries
-// and republishes the view whenever the catalog changes. The package only
-// publishes views; it never touches token buckets.
+// and republishes the view whenever the catalog changes. Where instances
+// carry Consul service weights, the share is weight-proportional. The watch
+// asks for the agent's cache, so one agent serves many watches from one
+// subscription to the servers, and falls back to plain queries where the
+// agent cannot.
+//
+// A Damper sits between a source and the engine: a view that shrinks the
+// share applies at once, one that grows it only once it has held, so a
+// flapping check never opens the cap. The package only publishes views; it
+// never touches token buckets.
 package membership
 
 import (
@@ -28,7 +36,14 @@ type View struct {
 	Node  string
 	Total int // passing instances of the service, cluster-wide
 	Local int // passing instances on this node
-	// Weight is this replica's share of every global limit, in (0, 1].
+	// TotalWeight and LocalWeight are the summed Consul service weights
+	// (Weights.Passing) of the instances Total and Local count. Every
+	// instance weighs at least 1; with weights off, and in a static or
+	// --replicas view, each weighs exactly 1, so they equal Total and Local.
+	TotalWeight int
+	LocalWeight int
+	// Weight is this replica's share of every global limit, in (0, 1]:
+	// Weight(LocalWeight, TotalWeight).
 	Weight float64
 	// ObservedAt is when the source last confirmed this view. It is zero for a
 	// static view and for the --replicas view that stands until Consul first
@@ -53,6 +68,16 @@ var ErrImpossibleCount = errors.New("impossible instance count")
 // A replica that does not see itself in the catalog (it is starting, failing
 // its check, or registered under another node) counts itself in, so it never
 // claims more than a fair share. With one instance per node this is 1/N.
+//
+// The same rule divides by Consul service weights: given the summed weights
+// of the passing instances on this node (local) and in the cluster (total),
+// each instance weighing at least 1, w is this node's part of the total, and
+// a replica that does not see itself counts itself in at weight 1, the
+// smallest an instance can have. It cannot know its own weight while the
+// catalog does not list it, and 1 is never looser than the truth: were it
+// listed at its weight W >= 1, its share would be W/(total+W), and
+// 1/(total+1) <= W/(total+W) because total <= W·total. Counts are weights
+// of 1, so with counts this is the counted rule exactly.
 //
 // A count that makes no sense (negative, local above total, or no instance at
 // all) is an error wrapping ErrImpossibleCount, with weight 0. It never gets
@@ -100,7 +125,7 @@ func replicasView(source string, replicas int) View {
 	replicas = max(replicas, 1)
 	// One instance of replicas >= 1 is a possible count, so this is 1/replicas.
 	w, _ := Weight(1, replicas)
-	return View{Source: source, Total: replicas, Local: 1, Weight: w}
+	return View{Source: source, Total: replicas, Local: 1, TotalWeight: replicas, LocalWeight: 1, Weight: w}
 }
 
 // View returns the static view.

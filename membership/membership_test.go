@@ -242,31 +242,38 @@ func TestNextIndex(t *testing.T) {
 	}
 }
 
-// TestCountPassing pins the counting of recorded and hand-made answers, as
-// the api client decodes them.
+// TestCountPassing pins the counting and weighing of recorded and hand-made
+// answers, as the api client decodes them: counts, then summed weights (each
+// instance at its Weights.Passing, or 1 where it has none).
 func TestCountPassing(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		file         string
-		node         string
-		total, local int
-		decodeErr    bool
+		file                     string
+		node                     string
+		total, local             int
+		totalWeight, localWeight int
+		decodeErr                bool
 	}{
-		{file: "consul-1.14-three-passing.json", node: "node-a", total: 3, local: 2},
-		{file: "consul-1.14-three-passing.json", node: "node-b", total: 3, local: 1},
-		{file: "consul-1.14-three-passing.json", node: "node-z", total: 3, local: 0},
-		{file: "consul-1.14-three-passing.json", node: "", total: 3, local: 0},
+		{file: "consul-1.14-three-passing.json", node: "node-a", total: 3, local: 2, totalWeight: 3, localWeight: 2},
+		{file: "consul-1.14-three-passing.json", node: "node-b", total: 3, local: 1, totalWeight: 3, localWeight: 1},
+		{file: "consul-1.14-three-passing.json", node: "node-z", total: 3, local: 0, totalWeight: 3, localWeight: 0},
+		{file: "consul-1.14-three-passing.json", node: "", total: 3, local: 0, totalWeight: 3, localWeight: 0},
 		// Without ?passing, the critical instance must still not count.
-		{file: "consul-1.14-with-critical.json", node: "node-c", total: 3, local: 0},
+		{file: "consul-1.14-with-critical.json", node: "node-c", total: 3, local: 0, totalWeight: 3, localWeight: 0},
+		// Weights 1 and 2 on node-a, 3 on node-b, 5 on node-c (critical).
+		{file: "consul-1.14-weighted.json", node: "node-a", total: 3, local: 2, totalWeight: 6, localWeight: 3},
+		{file: "consul-1.14-weighted.json", node: "node-b", total: 3, local: 1, totalWeight: 6, localWeight: 3},
+		{file: "consul-1.14-weighted.json", node: "node-c", total: 3, local: 0, totalWeight: 6, localWeight: 0},
 		{file: "consul-1.14-empty.json", node: "node-a"},
 		{file: "null.json", node: "node-a"},
-		{file: "null-entry-and-node.json", node: "node-a", total: 1, local: 0},
-		{file: "case-and-aggregate.json", node: "node-a", total: 1, local: 1},
+		{file: "null-entry-and-node.json", node: "node-a", total: 1, local: 0, totalWeight: 1, localWeight: 0},
+		{file: "case-and-aggregate.json", node: "node-a", total: 1, local: 1, totalWeight: 1, localWeight: 1},
 		{file: "truncated.json", decodeErr: true},
 		{file: "proxy-error.html", decodeErr: true},
 		{file: "object-not-array.json", decodeErr: true},
 		{file: "wrong-element-types.json", decodeErr: true},
 	}
+	byWeight := func(e *api.ServiceEntry) int { w, _ := passingWeight(e); return w }
 	for _, tc := range tests {
 		t.Run(tc.file+"/"+tc.node, func(t *testing.T) {
 			t.Parallel()
@@ -285,9 +292,13 @@ func TestCountPassing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			total, local := countPassing(entries, tc.node)
-			if total != tc.total || local != tc.local {
-				t.Fatalf("countPassing(%s, %q) = %d, %d; want %d, %d", tc.file, tc.node, total, local, tc.total, tc.local)
+			counted := countPassing(entries, tc.node, nil)
+			if want := (tally{tc.total, tc.local, tc.total, tc.local}); counted != want {
+				t.Fatalf("countPassing(%s, %q, nil) = %+v; want %+v", tc.file, tc.node, counted, want)
+			}
+			weighed := countPassing(entries, tc.node, byWeight)
+			if want := (tally{tc.total, tc.local, tc.totalWeight, tc.localWeight}); weighed != want {
+				t.Fatalf("countPassing(%s, %q, by weight) = %+v; want %+v", tc.file, tc.node, weighed, want)
 			}
 		})
 	}
