@@ -80,6 +80,17 @@ type Config struct {
 	ConsulQueryRate  float64
 	ConsulWait       time.Duration
 	Node             string
+	// DomainServices maps domains to the Consul service whose replicas share
+	// their limits; other domains use ConsulService (or static membership).
+	DomainServices []DomainService
+	// ConsulWeights makes the share weight-proportional to the instances'
+	// Weights.Passing; off, every instance counts 1.
+	ConsulWeights bool
+	// ConsulCache queries through the local agent's cache (streaming).
+	ConsulCache bool
+	// MembershipHold is how long a view change that grows this replica's
+	// share must hold before it applies; 0 applies every change at once.
+	MembershipHold time.Duration
 
 	MaxBuckets    int
 	SweepInterval time.Duration
@@ -199,6 +210,10 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.ConsulStale, "consul-stale", true, "allow stale reads, so the count survives a lost Consul leader")
 	fs.Float64Var(&c.ConsulQueryRate, "consul-query-rate", 2, "most Consul blocking queries per second")
 	fs.Var(seconds{&c.ConsulWait}, "consul-wait", "how long one blocking query may wait for a change")
+	fs.Var(domainServices{&c.DomainServices}, "domain-service", "DOMAIN=SERVICE: the Consul service whose replicas share DOMAIN's limits (repeatable; comma-separated in the variable)")
+	fs.BoolVar(&c.ConsulWeights, "consul-weights", true, "divide by the instances' Consul weights (Weights.Passing) instead of counting each instance 1")
+	fs.BoolVar(&c.ConsulCache, "consul-cache", true, "query through the local agent's cache (?cached), which Consul's streaming backend serves; falls back to plain blocking queries")
+	fs.Var(seconds{&c.MembershipHold}, "membership-hold", "how long a membership change that grows this replica's share must hold before it applies (a shrink applies at once); 0 = off")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")
@@ -221,6 +236,7 @@ func Defaults() *Config {
 	c := &Config{
 		ReloadDebounce:  250 * time.Millisecond,
 		ConsulWait:      time.Minute,
+		MembershipHold:  2 * time.Second,
 		SweepInterval:   10 * time.Second,
 		Drain:           5 * time.Second,
 		ShutdownTimeout: 10 * time.Second,

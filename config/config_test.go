@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 		{"bad address", []string{"--http-addr", "nonsense"}, "--http-addr: want host:port"},
 		{"empty unix path", []string{"--grpc-addr", "unix:"}, "unix: needs a socket path"},
 		{"replicas", []string{"--replicas", "0"}, "--replicas: must be at least 1"},
-		{"consul flags without service", []string{"--node", "n1"}, "--node: has no effect without --consul-service"},
+		{"consul flags without service", []string{"--node", "n1"}, "--node: has no effect without --consul-service or --domain-service"},
 		{"tls pair", []string{"--grpc-tls-cert", "/nope"}, "--grpc-tls-cert and --grpc-tls-key go together"},
 		{"header name", []string{"--header-limit", "bad header"}, "not a valid header name"},
 		{"log format", []string{"--log-format", "xml"}, "--log-format"},

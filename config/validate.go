@@ -121,13 +121,14 @@ func (c *Config) Validate() error {
 	if c.Replicas < 1 {
 		bad("replicas", "must be at least 1, got %d", c.Replicas)
 	}
-	if c.ConsulService == "" {
+	if len(c.Services()) == 0 {
 		for _, f := range []struct{ flag, v string }{{"consul-filter", c.ConsulFilter}, {"consul-datacenter", c.ConsulDatacenter}, {"node", c.Node}} {
 			if f.v != "" {
-				bad(f.flag, "has no effect without --consul-service")
+				bad(f.flag, "has no effect without --consul-service or --domain-service")
 			}
 		}
 	}
+	c.validateServices(bad)
 	if !(c.ConsulQueryRate > 0) {
 		bad("consul-query-rate", "must be positive")
 	}

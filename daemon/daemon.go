@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -43,9 +44,9 @@ type Daemon struct {
 	log     *slog.Logger
 	clock   monotime.Clock
 	engine  *descriptors.Engine
-	watcher *source.Watcher    // nil with rules from xDS
-	xds     *xds.Source        // nil with rules from files
-	consul  *membership.Consul // nil: static membership
+	watcher *source.Watcher // nil with rules from xDS
+	xds     *xds.Source     // nil with rules from files
+	views   views           // the default membership view first, then one per --domain-service service
 	admin   *server.Admin
 	health  *health.Server
 	streams *server.StreamCloser
@@ -75,7 +76,9 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
 	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
-	views := newViews(membership.NewStatic(cfg.Replicas).View(), d.engine, d.clock, metrics.Registry)
+	if err := d.membership(metrics.Registry); err != nil {
+		return nil, err
+	}
 	var rules *installer
 	var err error
 	if cfg.ConfigType == config.ConfigXDS {
@@ -88,14 +91,11 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	return d.finish(cfg, log, version, metrics, views, rules)
+	return d.finish(cfg, log, version, metrics, rules)
 }
 
 // finish builds what serves, whichever source the rules come from.
-func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, metrics *server.Metrics, views *views, rules *installer) (*Daemon, error) {
-	if err := d.membership(views); err != nil {
-		return nil, err
-	}
+func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, metrics *server.Metrics, rules *installer) (*Daemon, error) {
 	svc := server.NewService(d.engine, d.clock, metrics, server.Options{
 		ShadowMode: cfg.ShadowMode, ResponseHeaders: cfg.ResponseHeaders,
 		HeaderLimit: cfg.HeaderLimit, HeaderRemaining: cfg.HeaderRemaining, HeaderReset: cfg.HeaderReset,
@@ -117,7 +117,7 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	d.health = server.NewHealth()
 	d.streams = server.NewStreamCloser()
 	d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
-	d.admin = server.NewAdmin(svc, d.engine, metrics, views.Admin, rules.Status)
+	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
 	d.admin.SetVersion(version)
 	// Ready unless health waits for a config with a domain in it (upstream's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
@@ -130,8 +130,10 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 		d.debug = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		attrs = append(attrs, "debug", d.debugLis.Addr().String())
 	}
-	log.Info("sharelimit serving", append(attrs, "membership", d.engine.Weight().W, "source", views.Admin().Source,
-		"max_buckets", cfg.MaxBuckets, "quota_mode", cfg.QuotaMode)...)
+	for _, v := range d.views {
+		attrs = append(attrs, "membership", v.service+"="+strconv.FormatFloat(d.engine.GroupWeight(v.group).W, 'g', 6, 64))
+	}
+	log.Info("sharelimit serving", append(attrs, "max_buckets", cfg.MaxBuckets, "quota_mode", cfg.QuotaMode)...)
 	return d, nil
 }
 
@@ -192,28 +194,69 @@ func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
 	return nil
 }
 
-// membership sets up the Consul source when --consul-service is given; the
-// static view stands otherwise, and until Consul first answers.
-func (d *Daemon) membership(views *views) error {
-	if d.cfg.ConsulService == "" {
-		return nil
-	}
-	ccfg := api.DefaultConfig() // CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT... as the consul CLI
-	client, err := api.NewClient(ccfg)
-	if err != nil {
-		return fmt.Errorf("consul client: %w", err)
-	}
+// membership sets up one view per membership source: the default view, from
+// --consul-service or else the static --replicas count, and one per service
+// --domain-service names, each dividing its own domains' limits in an engine
+// group of its own. A Consul view starts at the --replicas count and stands
+// until Consul first answers; with --membership-hold, its changes pass
+// through a damper, so that one that grows the share waits until it holds.
+func (d *Daemon) membership(reg prometheus.Registerer) error {
 	cfg := d.cfg
-	d.consul, err = membership.NewConsul(membership.ConsulConfig{
-		Service: cfg.ConsulService, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
-		Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas,
-		QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: ccfg.Token,
-		Logger: d.log.With("component", "membership"), OnUpdate: views.publish,
-	}, client)
-	if err != nil {
-		return fmt.Errorf("consul membership: %w", err)
+	byService := map[string][]string{}
+	for _, m := range cfg.DomainServices {
+		byService[m.Service] = append(byService[m.Service], m.Domain)
 	}
-	views.publish(d.consul.View())
+	var client *api.Client
+	var token string
+	if cfg.ConsulService != "" || len(cfg.DomainServices) > 0 {
+		ccfg := api.DefaultConfig() // CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT... as the consul CLI
+		var err error
+		if client, err = api.NewClient(ccfg); err != nil {
+			return fmt.Errorf("consul client: %w", err)
+		}
+		token = ccfg.Token
+	}
+	// The default view takes --consul-service's mapped domains too, if any
+	// are mapped to it: they are divided by the same count.
+	def := &view{service: cfg.ConsulService, group: descriptors.DefaultGroup, engine: d.engine, clock: d.clock}
+	d.views = views{def}
+	for _, service := range cfg.Services() {
+		if service == cfg.ConsulService {
+			continue
+		}
+		v := &view{service: service, domains: byService[service], engine: d.engine, clock: d.clock}
+		var err error
+		if v.group, err = d.engine.AddGroup(v.domains, 1/float64(cfg.Replicas)); err != nil {
+			return fmt.Errorf("--domain-service %s: %w", service, err)
+		}
+		d.views = append(d.views, v)
+	}
+	for _, v := range d.views {
+		first := membership.NewStatic(cfg.Replicas).View()
+		if v.service != "" {
+			c, err := membership.NewConsul(membership.ConsulConfig{
+				Service: v.service, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
+				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas,
+				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
+				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache,
+				Logger: d.log.With("component", "membership", "service", v.service), OnUpdate: v.observe,
+			}, client)
+			if err != nil {
+				return fmt.Errorf("consul membership of service %s: %w", v.service, err)
+			}
+			v.consul, first = c, c.View()
+			if cfg.MembershipHold > 0 {
+				if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
+					Hold: cfg.MembershipHold, OnUpdate: v.publish,
+					Logger: d.log.With("component", "membership", "service", v.service),
+				}); err != nil {
+					return fmt.Errorf("consul membership of service %s: %w", v.service, err)
+				}
+			}
+		}
+		v.publish(first)
+		v.register(reg)
+	}
 	return nil
 }
 
@@ -278,8 +321,13 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		g.Go(func() error { return d.xds.Run(gctx) })
 	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
-	if d.consul != nil {
-		g.Go(func() error { return d.consul.Run(gctx) })
+	for _, v := range d.views {
+		if v.consul != nil {
+			g.Go(func() error { return v.consul.Run(gctx) })
+		}
+		if v.damper != nil {
+			g.Go(func() error { return v.damper.Run(gctx) })
+		}
 	}
 	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })
 	g.Go(func() error {

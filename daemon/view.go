@@ -12,53 +12,103 @@ import (
 	"github.com/sharelimit/sharelimit/server"
 )
 
-// views holds the membership view in force and turns each new one into the
-// engine's weight. Its series read the view at scrape time, so nothing sets
-// them. Safe for concurrent use.
-type views struct {
-	cur    atomic.Pointer[membership.View]
-	engine *descriptors.Engine
-	clock  monotime.Clock
+// view is one membership view and the engine group it divides: the default
+// view (--consul-service, or the static count), which divides every domain
+// not mapped elsewhere, or one --domain-service service's. Its watch, when it
+// has one, publishes through its damper, when it has one; the view in force
+// becomes the group's weight. Its series read it at scrape time, so nothing
+// sets them. Safe for concurrent use.
+type view struct {
+	service string   // the Consul service; "" for static membership
+	domains []string // the domains mapped to it; nil for the default view
+	group   int
+	consul  *membership.Consul // nil: static
+	damper  *membership.Damper // nil: static, or --membership-hold 0
+	cur     atomic.Pointer[membership.View]
+	engine  *descriptors.Engine
+	clock   monotime.Clock
 }
 
-func newViews(first membership.View, engine *descriptors.Engine, clock monotime.Clock, reg prometheus.Registerer) *views {
-	v := &views{engine: engine, clock: clock}
-	v.publish(first)
+// publish puts a view in force: the engine re-divides the group's limits,
+// and no other group's.
+func (v *view) publish(mv membership.View) {
+	v.cur.Store(&mv)
+	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
+}
+
+// observe is the watch's OnUpdate: through the damper when there is one.
+func (v *view) observe(mv membership.View) {
+	if v.damper != nil {
+		v.damper.Update(mv)
+		return
+	}
+	v.publish(mv)
+}
+
+// admin is the view as the admin pages show it, with the change the damper
+// holds back, if any.
+func (v *view) admin() server.View {
+	cur := v.cur.Load()
+	out := server.View{Source: cur.Source, Service: v.service, Domains: v.domains, Total: cur.Total, Local: cur.Local,
+		TotalWeight: cur.TotalWeight, LocalWeight: cur.LocalWeight, Weight: cur.Weight,
+		ObservedAt: cur.ObservedAt, AgeSeconds: age(*cur), LastError: cur.LastError, Errors: cur.Errors}
+	if v.damper != nil {
+		if p, at, ok := v.damper.Pending(); ok {
+			out.Pending = &server.Pending{Total: p.Total, Local: p.Local, Weight: p.Weight, At: at, InSecs: max(0, time.Until(at).Seconds())}
+		}
+	}
+	return out
+}
+
+// register adds the view's series, labelled by its service ("" for static).
+func (v *view) register(reg prometheus.Registerer) {
+	labels := prometheus.Labels{"service": v.service}
 	gauge := func(name, help string, f func(membership.View) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(*v.cur.Load()) })
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return f(*v.cur.Load()) })
 	}
 	reg.MustRegister(
-		gauge("sharelimit_membership_total", "Replicas enforcing the limits, as last observed.",
+		gauge("sharelimit_membership_total", "Replicas enforcing the service's limits, as last observed and in force.",
 			func(v membership.View) float64 { return float64(v.Total) }),
-		gauge("sharelimit_membership_local", "Replicas on this node, as last observed.",
+		gauge("sharelimit_membership_local", "Replicas of the service on this node, as in force.",
 			func(v membership.View) float64 { return float64(v.Local) }),
-		gauge("sharelimit_membership_weight", "This replica's share of every global limit.",
+		gauge("sharelimit_membership_weight", "This replica's share of each of the service's global limits, in force.",
 			func(v membership.View) float64 { return v.Weight }),
-		gauge("sharelimit_membership_last_success_timestamp_seconds", "When the membership source last confirmed the view (0: never).",
+		gauge("sharelimit_membership_last_success_timestamp_seconds", "When the membership source last confirmed the view in force (0: never).",
 			func(v membership.View) float64 {
 				if v.ObservedAt.IsZero() {
 					return 0
 				}
 				return float64(v.ObservedAt.UnixNano()) / 1e9
 			}),
-		gauge("sharelimit_membership_age_seconds", "Seconds since the membership view was last confirmed.", age),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total",
+		gauge("sharelimit_membership_age_seconds", "Seconds since the membership view in force was last confirmed.", age),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total", ConstLabels: labels,
 			Help: "Membership watch errors since start."}, func() float64 { return float64(v.cur.Load().Errors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_pending_weight", ConstLabels: labels,
+			Help: "The weight a held membership change (--membership-hold) will apply if it holds; 0 when none is held."},
+			func() float64 {
+				if v.damper == nil {
+					return 0
+				}
+				p, _, ok := v.damper.Pending()
+				if !ok {
+					return 0
+				}
+				return p.Weight
+			}),
 	)
-	return v
 }
 
-// publish puts a view in force: the engine re-divides every limit.
-func (v *views) publish(view membership.View) {
-	v.cur.Store(&view)
-	v.engine.SetWeight(view.Weight, v.clock())
-}
+// views are every membership view: the default first, then one per mapped
+// service in flag order.
+type views []*view
 
-// Admin is the view as the admin pages show it.
-func (v *views) Admin() server.View {
-	cur := v.cur.Load()
-	return server.View{Source: cur.Source, Total: cur.Total, Local: cur.Local, Weight: cur.Weight,
-		ObservedAt: cur.ObservedAt, AgeSeconds: age(*cur), LastError: cur.LastError, Errors: cur.Errors}
+// Admin is the views as the admin pages show them.
+func (vs views) Admin() []server.View {
+	out := make([]server.View, len(vs))
+	for i, v := range vs {
+		out[i] = v.admin()
+	}
+	return out
 }
 
 // age is how long ago the view was confirmed; 0 for one never confirmed.

@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -21,16 +22,37 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors"
 )
 
-// View is the membership view as the admin pages show it.
+// View is one membership view as the admin pages show it: the default
+// (--consul-service, or the static count) or one --domain-service service's.
 type View struct {
-	Source     string    `json:"source"`
-	Total      int       `json:"total"`
-	Local      int       `json:"local"`
-	Weight     float64   `json:"weight"`
-	ObservedAt time.Time `json:"observed_at"`
-	AgeSeconds float64   `json:"age_seconds"`
-	LastError  string    `json:"last_error,omitempty"`
-	Errors     uint64    `json:"errors"`
+	Source string `json:"source"`
+	// Service is the Consul service counted; "" for static membership.
+	Service string `json:"service,omitempty"`
+	// Domains are the domains this view divides; empty for the default view,
+	// which divides every domain not mapped to another service.
+	Domains     []string  `json:"domains,omitempty"`
+	Total       int       `json:"total"`
+	Local       int       `json:"local"`
+	TotalWeight int       `json:"total_weight"`
+	LocalWeight int       `json:"local_weight"`
+	Weight      float64   `json:"weight"`
+	ObservedAt  time.Time `json:"observed_at"`
+	AgeSeconds  float64   `json:"age_seconds"`
+	LastError   string    `json:"last_error,omitempty"`
+	Errors      uint64    `json:"errors"`
+	// Pending is a change held back by --membership-hold: a view that grows
+	// this replica's share applies only once it has held. nil when none.
+	Pending *Pending `json:"pending,omitempty"`
+}
+
+// Pending is a held membership change, and when it takes effect if nothing
+// else changes first.
+type Pending struct {
+	Total  int       `json:"total"`
+	Local  int       `json:"local"`
+	Weight float64   `json:"weight"`
+	At     time.Time `json:"at"`
+	InSecs float64   `json:"in_seconds"`
 }
 
 // ReloadStatus is the outcome of the last config load, and where configs
@@ -71,7 +93,7 @@ type Admin struct {
 	svc      *Service
 	engine   *descriptors.Engine
 	metrics  *Metrics
-	view     func() View
+	views    func() []View
 	reload   func() ReloadStatus
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -79,9 +101,10 @@ type Admin struct {
 	page     *template.Template
 }
 
-// NewAdmin returns the admin handler set. view and reload are read per request.
-func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, view func() View, reload func() ReloadStatus) *Admin {
-	return &Admin{svc: svc, engine: engine, metrics: metrics, view: view, reload: reload, page: newStatusPage()}
+// NewAdmin returns the admin handler set. views and reload are read per
+// request; views gives the default view first, then one per mapped service.
+func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, views func() []View, reload func() ReloadStatus) *Admin {
+	return &Admin{svc: svc, engine: engine, metrics: metrics, views: views, reload: reload, page: newStatusPage()}
 }
 
 // SetVersion names the build on the status page.
@@ -162,16 +185,22 @@ func (a *Admin) json(w http.ResponseWriter, r *http.Request) {
 
 // RuleInfo is one rule as /rlconfig reports it.
 type RuleInfo struct {
-	Domain        string  `json:"domain"`
-	Rule          string  `json:"rule"`
-	Position      string  `json:"position"`
-	Limit         string  `json:"limit"`
-	Unlimited     bool    `json:"unlimited,omitempty"`
-	ClusterRate   float64 `json:"cluster_rate_per_second"`
-	ClusterBurst  uint64  `json:"cluster_burst"`
-	LocalRate     float64 `json:"local_rate_per_second"`
-	LocalBurst    float64 `json:"local_burst"`
-	PerValue      bool    `json:"per_value,omitempty"`
+	Domain       string  `json:"domain"`
+	Rule         string  `json:"rule"`
+	Position     string  `json:"position"`
+	Limit        string  `json:"limit"`
+	Unlimited    bool    `json:"unlimited,omitempty"`
+	ClusterRate  float64 `json:"cluster_rate_per_second"`
+	ClusterBurst uint64  `json:"cluster_burst"`
+	LocalRate    float64 `json:"local_rate_per_second"`
+	LocalBurst   float64 `json:"local_burst"`
+	PerValue     bool    `json:"per_value,omitempty"`
+	// Share is "cluster" (divided by Weight) or "replica" (not divided).
+	Share string `json:"share"`
+	// Service is the Consul service whose view divides the rule's domain;
+	// "" for the default view.
+	Service       string  `json:"service,omitempty"`
+	Weight        float64 `json:"weight"`
 	ShadowMode    bool    `json:"shadow_mode,omitempty"`
 	Name          string  `json:"name,omitempty"`
 	BelowOneToken bool    `json:"below_one_token,omitempty"`
@@ -179,7 +208,10 @@ type RuleInfo struct {
 
 // Config is what /rlconfig reports.
 type Config struct {
-	Membership View         `json:"membership"`
+	// Membership is the default view: --consul-service's, or the static count.
+	Membership View `json:"membership"`
+	// Services are the views of the --domain-service services, in flag order.
+	Services   []View       `json:"services,omitempty"`
 	Reload     ReloadStatus `json:"reload"`
 	Buckets    int          `json:"buckets"`
 	MaxBuckets int          `json:"max_buckets"`
@@ -189,16 +221,27 @@ type Config struct {
 
 // Snapshot gathers /rlconfig's figures.
 func (a *Admin) Snapshot() Config {
-	w := a.engine.Weight().W
-	c := Config{Membership: a.view(), Reload: a.reload(), Buckets: a.engine.Store().Live(),
+	views := a.views()
+	c := Config{Membership: views[0], Services: views[1:], Reload: a.reload(), Buckets: a.engine.Store().Live(),
 		MaxBuckets: a.engine.Store().Max(), Overflowed: a.engine.Store().Overflowed()}
+	serviceOf := map[string]string{}
+	for _, v := range c.Services {
+		for _, d := range v.Domains {
+			serviceOf[d] = v.Service
+		}
+	}
 	for _, r := range a.engine.Set().Rules() {
 		lim := r.Limit()
 		if lim == nil {
 			continue
 		}
+		w := a.engine.RuleWeight(r).W
 		info := RuleInfo{Domain: r.Domain(), Rule: r.Path(), Position: r.Pos().String(), Limit: lim.String(),
-			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name()}
+			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name(),
+			Share: lim.Share().String(), Service: serviceOf[r.Domain()], Weight: w}
+		if info.Service == "" {
+			info.Service = c.Membership.Service
+		}
 		if !lim.Unlimited() {
 			p := lim.Params()
 			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
@@ -221,10 +264,9 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	v := c.Membership
-	fmt.Fprintf(w, "membership: source=%s total=%d local=%d weight=%s age=%.1fs", v.Source, v.Total, v.Local, trimFloat(v.Weight, 6), v.AgeSeconds)
-	if v.LastError != "" {
-		fmt.Fprintf(w, " last_error=%q", v.LastError)
+	writeView(w, "membership", c.Membership)
+	for _, v := range c.Services {
+		writeView(w, "\nmembership["+v.Service+"]", v)
 	}
 	fmt.Fprintf(w, "\nconfig: source=%s %s generation=%d loaded_at=%s", c.Reload.Source.Kind, c.Reload.Source.Location, c.Reload.Generation, c.Reload.LoadedAt.Format(time.RFC3339))
 	if c.Reload.LastError != "" {
@@ -246,6 +288,12 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		fmt.Fprintf(w, "%s: %s; cluster %.6g/s burst %d; local share %.6g/s burst %.6g", r.Rule, r.Limit, r.ClusterRate, r.ClusterBurst, r.LocalRate, r.LocalBurst)
+		switch {
+		case r.Share == descriptors.ShareReplica.String():
+			w.Write([]byte(" (share: replica, not divided)"))
+		case r.Service != "":
+			fmt.Fprintf(w, " (weight %s of service %s)", trimFloat(r.Weight, 6), r.Service)
+		}
 		if r.BelowOneToken {
 			w.Write([]byte(" (share below one token: floored at 1)"))
 		}
@@ -253,6 +301,29 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte(" shadow"))
 		}
 		fmt.Fprintf(w, " (%s)\n", r.Position)
+	}
+}
+
+// writeView writes one membership view as a line of /rlconfig's text.
+func writeView(w io.Writer, label string, v View) {
+	fmt.Fprintf(w, "%s: source=%s", label, v.Source)
+	if v.Service != "" {
+		fmt.Fprintf(w, " service=%s", v.Service)
+	}
+	if len(v.Domains) > 0 {
+		fmt.Fprintf(w, " domains=%s", strings.Join(v.Domains, ","))
+	}
+	fmt.Fprintf(w, " total=%d local=%d", v.Total, v.Local)
+	if v.TotalWeight != v.Total || v.LocalWeight != v.Local {
+		fmt.Fprintf(w, " total_weight=%d local_weight=%d", v.TotalWeight, v.LocalWeight)
+	}
+	fmt.Fprintf(w, " weight=%s age=%.1fs", trimFloat(v.Weight, 6), v.AgeSeconds)
+	if p := v.Pending; p != nil {
+		fmt.Fprintf(w, " pending: weight=%s total=%d local=%d at=%s (in %.1fs, if it holds)",
+			trimFloat(p.Weight, 6), p.Total, p.Local, p.At.UTC().Format(time.RFC3339Nano), p.InSecs)
+	}
+	if v.LastError != "" {
+		fmt.Fprintf(w, " last_error=%q", v.LastError)
 	}
 }
 

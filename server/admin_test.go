@@ -12,8 +12,8 @@ import (
 
 func newAdmin(t *testing.T) (*fixture, *Admin, *httptest.Server) {
 	f := newFixture(t, Options{}, 0.5)
-	a := NewAdmin(f.svc, f.engine, f.metrics, func() View {
-		return View{Source: "static", Total: 2, Local: 1, Weight: 0.5, ObservedAt: time.Unix(1, 0)}
+	a := NewAdmin(f.svc, f.engine, f.metrics, func() []View {
+		return []View{{Source: "static", Total: 2, Local: 1, TotalWeight: 2, LocalWeight: 1, Weight: 0.5, ObservedAt: time.Unix(1, 0)}}
 	}, func() ReloadStatus { return ReloadStatus{Generation: 3, Files: []string{"testdata/rules.yaml"}} })
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)

@@ -83,7 +83,7 @@ func FuzzJSON(f *testing.F) {
 	f.Add(`{"domain":"test","descriptors":[{"entries":[{"key":"fixed","value":"one"}],"limit":{"requestsPerUnit":1,"unit":"UNKNOWN"}}]}`)
 	f.Add(`{`)
 	svc := directService(f)
-	a := NewAdmin(svc, svc.engine, svc.metrics, func() View { return View{} }, func() ReloadStatus { return ReloadStatus{} })
+	a := NewAdmin(svc, svc.engine, svc.metrics, func() []View { return []View{{}} }, func() ReloadStatus { return ReloadStatus{} })
 	h := a.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()

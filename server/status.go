@@ -3,6 +3,7 @@ package server
 import (
 	"html/template"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,9 @@ type Status struct {
 	TopOverLimit []TopKey
 }
 
+// Views are every membership view: the default first, then the services'.
+func (s Status) Views() []View { return append([]View{s.Membership}, s.Services...) }
+
 // topWindow is how far back the status page looks for over-limit keys.
 const topWindow = time.Minute
 
@@ -22,8 +26,9 @@ const topWindow = time.Minute
 // not held in a package variable.
 func newStatusPage() *template.Template {
 	return template.Must(template.New("status").Funcs(template.FuncMap{
-		"pct": func(w float64) string { return trimFloat(w*100, 4) + "%" },
-		"num": func(f float64) string { return trimFloat(f, 6) },
+		"pct":  func(w float64) string { return trimFloat(w*100, 4) + "%" },
+		"num":  func(f float64) string { return trimFloat(f, 6) },
+		"join": func(s []string) string { return strings.Join(s, ", ") },
 		"time": func(t time.Time) string {
 			if t.IsZero() {
 				return "never"
@@ -43,15 +48,18 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 <h1>sharelimit {{.Version}}</h1>
 <p>Refreshes every 5 s. Generated {{time .GeneratedAt}}. Machine-readable: <a href="/rlconfig?format=json">/rlconfig?format=json</a>, <a href="/metrics">/metrics</a>.</p>
 <h2>Membership</h2>
-<table id="membership">
-<tr><th>source</th><td>{{.Membership.Source}}</td></tr>
-<tr><th>total replicas</th><td class="num">{{.Membership.Total}}</td></tr>
-<tr><th>on this node</th><td class="num">{{.Membership.Local}}</td></tr>
-<tr><th>weight (this replica's share)</th><td class="num" id="weight">{{num .Membership.Weight}} ({{pct .Membership.Weight}})</td></tr>
-<tr><th>view confirmed</th><td>{{time .Membership.ObservedAt}} ({{printf "%.1f" .Membership.AgeSeconds}} s ago)</td></tr>
-<tr><th>last error</th><td{{if .Membership.LastError}} class="bad"{{end}}>{{or .Membership.LastError "none"}} ({{.Membership.Errors}} errors since start)</td></tr>
+{{range $i, $v := .Views}}{{if $v.Service}}<h3>Consul service {{$v.Service}}: {{if $v.Domains}}domains {{join $v.Domains}}{{else}}every domain not mapped to another service{{end}}</h3>{{end}}
+<table id="membership{{if $i}}-{{$i}}{{end}}">
+<tr><th>source</th><td>{{$v.Source}}</td></tr>
+<tr><th>total replicas</th><td class="num">{{$v.Total}}</td></tr>
+<tr><th>on this node</th><td class="num">{{$v.Local}}</td></tr>
+{{if or (ne $v.TotalWeight $v.Total) (ne $v.LocalWeight $v.Local)}}<tr><th>Consul weights (this node / all)</th><td class="num">{{$v.LocalWeight}} / {{$v.TotalWeight}}</td></tr>
+{{end}}<tr><th>weight (this replica's share)</th><td class="num"{{if not $i}} id="weight"{{end}}>{{num $v.Weight}} ({{pct $v.Weight}})</td></tr>
+<tr><th>held change (--membership-hold)</th><td{{if not $i}} id="pending"{{end}}>{{with $v.Pending}}weight {{num .Weight}} ({{.Total}} replicas, {{.Local}} here) takes effect at {{time .At}}, in {{printf "%.1f" .InSecs}} s, if it holds{{else}}none{{end}}</td></tr>
+<tr><th>view confirmed</th><td>{{time $v.ObservedAt}} ({{printf "%.1f" $v.AgeSeconds}} s ago)</td></tr>
+<tr><th>last error</th><td{{if $v.LastError}} class="bad"{{end}}>{{or $v.LastError "none"}} ({{$v.Errors}} errors since start)</td></tr>
 </table>
-<h2>Config</h2>
+{{end}}<h2>Config</h2>
 <table id="config">
 <tr><th>source</th><td id="config-source">{{.Reload.Source.Kind}}: {{.Reload.Source.Location}}</td></tr>
 {{with .Reload.Source}}{{if eq .Kind "xds"}}<tr><th>xDS stream</th><td{{if not .Connected}} class="bad"{{end}}>{{if .Connected}}connected since {{time .ConnectedSince}}{{else}}disconnected{{if .LastError}}: {{.LastError}}{{end}}{{end}}</td></tr>
@@ -71,7 +79,7 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 <h2>Rules</h2>
 <table id="rules">
 <tr><th>rule</th><th>limit</th><th class="num">cluster rate /s</th><th class="num">cluster burst</th><th class="num">local share /s</th><th class="num">local burst</th><th>notes</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
+{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if eq .Share "replica"}}per replica (not divided) {{else if .Service}}service {{.Service}} {{end}}{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
 {{end}}</table>
 <h2>Over limit in the last minute (sampled)</h2>
 {{if .TopOverLimit}}<table id="overlimit"><tr><th>rule</th><th>descriptor</th><th class="num">samples</th></tr>

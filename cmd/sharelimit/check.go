@@ -35,13 +35,20 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, set.Dump())
 	}
 	if !*quiet {
-		limits := 0
+		limits, perReplica := 0, 0
 		for _, r := range set.Rules() {
-			if r.Limit() != nil {
+			if l := r.Limit(); l != nil {
 				limits++
+				if l.Share() == descriptors.ShareReplica {
+					perReplica++
+				}
 			}
 		}
-		fmt.Fprintf(stdout, "ok: %d files, %d domains, %d descriptors, %d limits\n", len(set.Files()), len(set.Domains()), set.Len(), limits)
+		fmt.Fprintf(stdout, "ok: %d files, %d domains, %d descriptors, %d limits", len(set.Files()), len(set.Domains()), set.Len(), limits)
+		if perReplica > 0 {
+			fmt.Fprintf(stdout, " (%d with share: replica, enforced whole by every replica)", perReplica)
+		}
+		fmt.Fprintln(stdout)
 	}
 	return 0
 }

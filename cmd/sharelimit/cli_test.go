@@ -50,6 +50,8 @@ func TestCLIGolden(t *testing.T) {
 		{"explain_replaces", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/edge_proxy.yaml", "--domain", "edge_proxy_per_ip", "--weight", "0.1",
 			"path=/api/v1/x", "+", "path=/api/v2/admin/users"}, 0},
 		{"explain_empty_value", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "remote_address="}, 0},
+		{"check_share", []string{"check", "-v", "--replicas", "200", "../../descriptors/testdata/valid/share.yaml"}, 0},
+		{"explain_share_replica", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/share.yaml", "--domain", "backend", "--replicas", "4", "backend_guard=db1"}, 0},
 		{"unknown_command", []string{"frobnicate"}, 2},
 	}
 	for _, tc := range cases {

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
 )
 
@@ -20,16 +25,26 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	domain := fs.String("domain", "", "the request's domain")
 	replicas := fs.Int("replicas", 1, "replica count: the share is 1/N")
 	weight := fs.Float64("weight", 0, "this replica's weight, instead of --replicas")
+	admin := fs.String("admin", "", "a running daemon's admin URL (http://127.0.0.1:8080): use the weight of the domain's membership view in force there, instead of --replicas")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *dir == "" || *domain == "" || fs.NArg() == 0 || *replicas < 1 || *weight < 0 || *weight > 1 {
-		fmt.Fprintln(stderr, "usage: sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W] key=value... [+ key=value...]")
+	if *dir == "" || *domain == "" || fs.NArg() == 0 || *replicas < 1 || *weight < 0 || *weight > 1 || (*admin != "" && *weight > 0) {
+		fmt.Fprintln(stderr, "usage: sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W | --admin URL] key=value... [+ key=value...]")
 		return 2
 	}
 	w := 1 / float64(*replicas)
 	if *weight > 0 {
 		w = *weight
+	}
+	if *admin != "" {
+		v, err := liveView(*admin, *domain)
+		if err != nil {
+			fmt.Fprintf(stderr, "sharelimit explain: %v\n", err)
+			return 1
+		}
+		w = v.Weight
+		fmt.Fprintln(stdout, describeView(v))
 	}
 	// A lone "+" separates the descriptors of one request.
 	descs := [][]*commonv3.RateLimitDescriptor_Entry{nil}
@@ -58,4 +73,51 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	}
 	descriptors.Explain(stdout, set, *domain, descs, w)
 	return 0
+}
+
+// liveView asks a running daemon's /rlconfig for the membership view that
+// divides domain's limits: the service --domain-service maps it to, else the
+// default view.
+func liveView(admin, domain string) (server.View, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(strings.TrimSuffix(admin, "/") + "/rlconfig?format=json")
+	if err != nil {
+		return server.View{}, fmt.Errorf("read the daemon's views: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return server.View{}, fmt.Errorf("read the daemon's views: %s", resp.Status)
+	}
+	var c server.Config
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&c); err != nil {
+		return server.View{}, fmt.Errorf("read the daemon's views: %w", err)
+	}
+	v := c.Membership
+	for _, s := range c.Services {
+		if slices.Contains(s.Domains, domain) {
+			v = s
+		}
+	}
+	if !(v.Weight > 0) || v.Weight > 1 {
+		return server.View{}, fmt.Errorf("read the daemon's views: weight %v is not a share", v.Weight)
+	}
+	return v, nil
+}
+
+// describeView says, in one line, which view divides the domain's limits.
+func describeView(v server.View) string {
+	var b strings.Builder
+	if v.Service == "" {
+		fmt.Fprintf(&b, "membership: %s, %d replicas", v.Source, v.Total)
+	} else {
+		fmt.Fprintf(&b, "membership: Consul service %s (%s), %d replicas, %d on this node", v.Service, v.Source, v.Total, v.Local)
+		if v.TotalWeight != v.Total || v.LocalWeight != v.Local {
+			fmt.Fprintf(&b, ", weights %d of %d", v.LocalWeight, v.TotalWeight)
+		}
+	}
+	fmt.Fprintf(&b, ": weight %.4g in force", v.Weight)
+	if p := v.Pending; p != nil {
+		fmt.Fprintf(&b, "; held: weight %.4g takes effect in %.1f s if it holds", p.Weight, p.InSecs)
+	}
+	return b.String()
 }
