@@ -239,7 +239,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas,
 				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
 				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache,
-				Logger: d.log.With("component", "membership", "service", v.service), OnUpdate: v.observe,
+				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the service itself
 			}, client)
 			if err != nil {
 				return fmt.Errorf("consul membership of service %s: %w", v.service, err)

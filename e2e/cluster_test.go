@@ -439,10 +439,10 @@ func (c *cluster) checkShare(d *daemon, want view) {
 		c.t.Errorf("%s: /rlconfig %s local rate %v (found %v), want %v × %v", d.node, clusterRule, local, ok, rate, want.weight)
 	}
 	m := c.metrics(d)
-	if got := m["sharelimit_membership_total"]; got != float64(want.total) {
+	if got := m[membershipSeries("total")]; got != float64(want.total) {
 		c.t.Errorf("%s: sharelimit_membership_total = %v, want %d", d.node, got, want.total)
 	}
-	if got := m["sharelimit_membership_weight"]; !sameWeight(got, want.weight) {
+	if got := m[membershipSeries("weight")]; !sameWeight(got, want.weight) {
 		c.t.Errorf("%s: sharelimit_membership_weight = %v, want %v", d.node, got, want.weight)
 	}
 }
@@ -572,4 +572,10 @@ func tail(path string, n int) string {
 		return "…" + string(b[len(b)-n:])
 	}
 	return string(b)
+}
+
+// membershipSeries names the cluster service's membership series: every
+// membership series carries the service it counts.
+func membershipSeries(name string) string {
+	return `sharelimit_membership_` + name + `{service="` + service + `"}`
 }

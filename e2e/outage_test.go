@@ -53,9 +53,9 @@ func TestConsulOutage(t *testing.T) {
 		}
 		c.checkShare(d, view{total: k, weight: 0.25})
 		met := c.metrics(d)
-		if met["sharelimit_membership_errors_total"] < 1 || met["sharelimit_membership_age_seconds"] < 3 {
+		if met[membershipSeries("errors_total")] < 1 || met[membershipSeries("age_seconds")] < 3 {
 			t.Errorf("%s during the outage: sharelimit_membership_errors_total = %v, sharelimit_membership_age_seconds = %v; want ≥ 1 and ≥ 3",
-				d.node, met["sharelimit_membership_errors_total"], met["sharelimit_membership_age_seconds"])
+				d.node, met[membershipSeries("errors_total")], met[membershipSeries("age_seconds")])
 		}
 	}
 	t2 := l.elapsed()
