@@ -84,6 +84,8 @@ type cluster struct {
 	daemons []*daemon
 	procs   []*daemon // every process ever started, for the cleanup
 	admin   *http.Client
+	// args are added to every daemon's command line from the next start on.
+	args []string
 }
 
 // newCluster starts a Consul agent and writes the config; no daemon runs yet.
@@ -127,6 +129,14 @@ func (c *cluster) writeConfig(p configParams) {
 	}
 	if err := os.WriteFile(filepath.Join(c.dir, "edge.yaml"), b.Bytes(), 0o644); err != nil {
 		c.t.Fatalf("write config: %v", err)
+	}
+}
+
+// writeFile writes another descriptor file into the config directory.
+func (c *cluster) writeFile(name, content string) {
+	c.t.Helper()
+	if err := os.WriteFile(filepath.Join(c.dir, name), []byte(content), 0o644); err != nil {
+		c.t.Fatalf("write %s: %v", name, err)
 	}
 }
 
@@ -269,6 +279,7 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 		"--shutdown-timeout", "5s",
 		"--log-format", "json",
 	)
+	cmd.Args = append(cmd.Args, c.args...)
 	cmd.Env = append(daemonEnv(), "CONSUL_HTTP_ADDR="+c.consul.Addr())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	configureProcess(cmd)

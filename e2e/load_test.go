@@ -73,6 +73,9 @@ type loadOpts struct {
 	rate    float64       // offered requests per second, all daemons together
 	max     time.Duration // the load stops by itself after this long
 	weights []float64     // initial share of the requests per daemon slot
+	// request builds request seq; nil sends envoyRequest, whose answers
+	// must carry three statuses of which only the first may be over.
+	request func(seq uint64) *rlsv3.RateLimitRequest
 }
 
 // load is an open-loop generator of Envoy-shaped ShouldRateLimit requests:
@@ -82,10 +85,12 @@ type loadOpts struct {
 // in front of the nodes would spread the clients. Its methods are safe for
 // concurrent use.
 type load struct {
-	rate  float64
-	max   time.Duration
-	start time.Time
-	bins  [][]counts // [slot][bin]
+	rate    float64
+	request func(seq uint64) *rlsv3.RateLimitRequest
+	custom  bool // request is not envoyRequest
+	max     time.Duration
+	start   time.Time
+	bins    [][]counts // [slot][bin]
 
 	mu      sync.Mutex
 	clients []rlsv3.RateLimitServiceClient
@@ -117,6 +122,8 @@ func startLoad(t *testing.T, c *cluster, opts loadOpts) *load {
 	}
 	l := &load{
 		rate:      opts.rate,
+		request:   opts.request,
+		custom:    opts.request != nil,
 		max:       opts.max,
 		bins:      make([][]counts, n),
 		clients:   make([]rlsv3.RateLimitServiceClient, n),
@@ -128,6 +135,9 @@ func startLoad(t *testing.T, c *cluster, opts loadOpts) *load {
 		jobs:      make(chan job, backlog),
 		stopped:   make(chan struct{}),
 		done:      make(chan struct{}),
+	}
+	if l.request == nil {
+		l.request = envoyRequest
 	}
 	nbins := int(opts.max/binWidth) + 2
 	for i, d := range c.daemons {
@@ -234,7 +244,7 @@ func (l *load) send(j job) {
 	sentAt := time.Since(l.start)
 	storeMin(&l.firstSend[slot], int64(sentAt))
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	resp, err := j.client.ShouldRateLimit(ctx, envoyRequest(j.seq))
+	resp, err := j.client.ShouldRateLimit(ctx, l.request(j.seq))
 	cancel()
 	answered := time.Since(l.start)
 	storeMax(&l.lastAnswer, int64(answered))
@@ -255,9 +265,9 @@ func (l *load) send(j job) {
 		b.over.Add(1)
 	}
 	// One status per descriptor, and only the first limit ever binds.
-	unexpected := len(resp.Statuses) != 3
+	unexpected := !l.custom && len(resp.Statuses) != 3
 	for _, s := range resp.Statuses[min(1, len(resp.Statuses)):] {
-		unexpected = unexpected || s.Code != rlsv3.RateLimitResponse_OK
+		unexpected = unexpected || (!l.custom && s.Code != rlsv3.RateLimitResponse_OK)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -33,6 +33,36 @@ func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bo
 	}
 }
 
+// RegisterWeighted is RegisterInstance for an instance that carries Consul
+// service weights: weight while its check passes, 1 while it warns.
+func (a *Agent) RegisterWeighted(node, serviceID, serviceName string, weight int, passing bool) {
+	a.t.Helper()
+	weights := api.AgentWeights{Passing: weight, Warning: 1}
+	var err error
+	if node == a.node {
+		err = a.client.Agent().ServiceRegister(&api.AgentServiceRegistration{
+			ID:      serviceID,
+			Name:    serviceName,
+			Weights: &weights,
+			Check: &api.AgentServiceCheck{
+				CheckID: checkID(serviceID),
+				TTL:     "24h",
+				Status:  status(passing),
+			},
+		})
+	} else {
+		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
+			Node:    node,
+			Address: "127.0.0.1",
+			Service: &api.AgentService{ID: serviceID, Service: serviceName, Weights: weights},
+			Check:   catalogCheck(node, serviceID, passing),
+		}, nil)
+	}
+	if err != nil {
+		a.t.Fatalf("consultest: register %s/%s with weight %d: %v", node, serviceID, weight, err)
+	}
+}
+
 // SetCheck sets the status of the check RegisterInstance gave serviceID.
 func (a *Agent) SetCheck(node, serviceID string, passing bool) {
 	a.t.Helper()
