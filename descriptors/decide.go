@@ -125,10 +125,21 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
 		w := wt
+		var dr *DemandRule
 		if req.Group = sl.group; lim.share == ShareReplica {
 			w, req.Group = e.weights[replicaGroup].Load(), replicaGroup
+		} else if in.demand != nil && st.Rule != nil && !st.Override {
+			if dr = in.demand[st.Rule.id]; dr != nil {
+				w, req.Group = e.weights[dr.group].Load(), dr.group
+			}
 		}
 		res, ovf := e.store.Do(req, w, now)
+		if dr != nil && op == bucket.Draw {
+			dr.offered.Add(uint64(n))
+			if res.OK {
+				dr.admitted.Add(uint64(n))
+			}
+		}
 		st.Overflow = ovf
 		st.Reset, st.Wait = res.Reset, res.Wait
 		if lim.params.Blocked() {
@@ -173,6 +184,12 @@ func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.Rat
 		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n, Group: group}
 		if st.Limit.share == ShareReplica {
 			req.Group = replicaGroup
+		} else if in.demand != nil && st.Rule != nil && !st.Override {
+			if dr := in.demand[st.Rule.id]; dr != nil {
+				req.Group = dr.group
+				// The draw was counted as admitted; it was not.
+				dr.admitted.Add(^uint64(uint64(n) - 1))
+			}
 		}
 		wt := e.weights[req.Group].Load()
 		switch {

@@ -19,6 +19,9 @@ type installed struct {
 	ids      []uint64 // by Rule.ID
 	overflow []uint64 // by Rule.ID
 	domains  map[string]slot
+	// demand is by Rule.ID: the rule's demand state when it is shared by
+	// demand, else nil; nil when no rule is.
+	demand []*DemandRule
 }
 
 // slot is a domain as Decide finds it: its rules and the group whose weight
@@ -61,6 +64,80 @@ type Engine struct {
 	overrides atomic.Pointer[map[overrideSpec]*Limit]
 	ovMu      sync.Mutex
 	quota     atomic.Bool
+	// demandAll is --share-mode demand: every cluster-shared limit of a rule
+	// with one bucket is shared by demand.
+	demandAll atomic.Bool
+	// demandOf is every demand rule's state by rule identity, kept across
+	// reloads so a rule keeps its group and its meter; copied on write under
+	// swapMu. A nil entry is an identity that found no free group and is
+	// divided by its domain's group for the engine's life.
+	demandOf atomic.Pointer[map[string]*DemandRule]
+}
+
+// DemandRule is the engine's state for one rule shared by demand: the weight
+// group its buckets use, which the demand controller sets, and the meter of
+// what its one bucket was asked for and gave. It lives for the engine's
+// life, across reloads that keep the rule's identity.
+type DemandRule struct {
+	identity    string
+	group       uint8
+	domainGroup uint8
+	offered     atomic.Uint64
+	admitted    atomic.Uint64
+}
+
+// Identity is the rule's identity: its domain, path and limit. Replicas with
+// the same config give the same rule the same identity.
+func (d *DemandRule) Identity() string { return d.identity }
+
+// Group is the weight group the rule's bucket uses.
+func (d *DemandRule) Group() int { return int(d.group) }
+
+// DomainGroup is the group of the rule's domain: its equal share.
+func (d *DemandRule) DomainGroup() int { return int(d.domainGroup) }
+
+// Counts are the tokens the rule's bucket was asked for and gave since the
+// rule was first installed.
+func (d *DemandRule) Counts() (offered, admitted uint64) {
+	return d.offered.Load(), d.admitted.Load()
+}
+
+// DemandBinding is a demand rule of the installed set.
+type DemandBinding struct {
+	Rule  *Rule
+	State *DemandRule
+}
+
+// SetShareMode makes every limit shared by cluster (the default share) of a
+// rule with one bucket shared by demand (demand true), or only those that say
+// share: demand. It must be called before the engine serves: a bucket's group
+// is fixed for its life.
+func (e *Engine) SetShareMode(demand bool) {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	e.demandAll.Store(demand)
+	e.swap(e.cur.Load().set)
+}
+
+// DemandRules returns the installed set's demand rules, in rule order.
+func (e *Engine) DemandRules() []DemandBinding {
+	in := e.cur.Load()
+	var out []DemandBinding
+	for id, d := range in.demand {
+		if d != nil {
+			out = append(out, DemandBinding{Rule: in.set.rules[id], State: d})
+		}
+	}
+	return out
+}
+
+// sharedByDemand reports whether r's limit is divided by demand.
+func (e *Engine) sharedByDemand(r *Rule) bool {
+	l := r.limit
+	if l == nil || l.unlimited || l.params.Blocked() || r.PerValue() {
+		return false
+	}
+	return l.share == ShareDemand || (l.share == ShareCluster && e.demandAll.Load())
 }
 
 // NewEngine returns an engine deciding with set, every domain in the default
@@ -73,6 +150,7 @@ func NewEngine(set *Set, w float64, store *bucket.Store) *Engine {
 	e.groups.Store(DefaultGroup + 1)
 	e.groupOf.Store(&map[string]uint8{})
 	e.overrides.Store(&map[overrideSpec]*Limit{})
+	e.demandOf.Store(&map[string]*DemandRule{})
 	if set == nil {
 		set = Empty()
 	}
@@ -138,11 +216,50 @@ func (e *Engine) swap(set *Set) *Set {
 		}
 		in.domains[name] = slot{dom: dom, group: g}
 	}
+	e.bindDemand(in)
 	old := e.cur.Swap(in)
 	if old == nil {
 		return nil
 	}
 	return old.set
+}
+
+// bindDemand finds or makes the demand state of every demand rule of in. A
+// new demand rule gets a group of its own, at its domain's current weight
+// (the equal share), until the controller sets its share; when no group is
+// left, it stays in its domain's group for the engine's life.
+func (e *Engine) bindDemand(in *installed) {
+	var states map[string]*DemandRule
+	old := *e.demandOf.Load()
+	for i, r := range in.set.rules {
+		if !e.sharedByDemand(r) {
+			continue
+		}
+		d, seen := old[r.identity]
+		if !seen {
+			if states == nil {
+				states = maps.Clone(old)
+			}
+			dg := in.domains[r.domain].group
+			if n := int(e.groups.Load()); n <= MaxGroups {
+				d = &DemandRule{identity: r.identity, group: uint8(n), domainGroup: dg}
+				e.weights[n].Store(bucket.InitialWeight(e.weights[dg].Load().W))
+				e.groups.Store(int32(n + 1))
+			}
+			states[r.identity] = d
+			old = states
+		}
+		if d == nil {
+			continue
+		}
+		if in.demand == nil {
+			in.demand = make([]*DemandRule, len(in.set.rules))
+		}
+		in.demand[i] = d
+	}
+	if states != nil {
+		e.demandOf.Store(&states)
+	}
 }
 
 // SetQuotaMode turns global quota mode on or off: every descriptor that is not
@@ -178,10 +295,14 @@ func (e *Engine) DomainGroup(domain string) int {
 }
 
 // RuleWeight is the weight r's limit is divided by: 1 for share: replica,
-// else the current weight of its domain's group.
+// its own group's for a rule shared by demand, else the current weight of its
+// domain's group.
 func (e *Engine) RuleWeight(r *Rule) *bucket.Weight {
 	if r.limit != nil && r.limit.share == ShareReplica {
 		return e.weights[replicaGroup].Load()
+	}
+	if d := (*e.demandOf.Load())[r.identity]; d != nil && e.sharedByDemand(r) {
+		return e.weights[d.group].Load()
 	}
 	return e.weights[e.DomainGroup(r.domain)].Load()
 }

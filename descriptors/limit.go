@@ -118,7 +118,7 @@ func (p *parser) policyField(d *limitDraft, v *yaml.Node, fp string) {
 }
 
 // shareField reads rate_limit.share, a sharelimit extension: cluster (the
-// default) or replica.
+// default), replica or demand.
 func (p *parser) shareField(d *limitDraft, v *yaml.Node, fp string) {
 	d.share = v
 	switch s := p.str(v, fp); strings.ToLower(s) {
@@ -126,8 +126,10 @@ func (p *parser) shareField(d *limitDraft, v *yaml.Node, fp string) {
 		d.Limit.share = ShareCluster
 	case "replica":
 		d.Limit.share = ShareReplica
+	case "demand":
+		d.Limit.share = ShareDemand
 	default:
-		p.errorf(v, fp, "invalid share '%s' (want cluster or replica)", s)
+		p.errorf(v, fp, "invalid share '%s' (want cluster, replica or demand)", s)
 	}
 }
 

@@ -120,8 +120,11 @@ func (l *Limit) String() string {
 	if l.policy == Wait {
 		s += fmt.Sprintf(", wait up to %s", l.maxWait)
 	}
-	if l.share == ShareReplica {
+	switch l.share {
+	case ShareReplica:
 		s += ", per replica"
+	case ShareDemand:
+		s += ", shared by demand"
 	}
 	return s
 }

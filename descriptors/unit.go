@@ -113,11 +113,19 @@ const (
 	// ShareReplica does not divide it: every replica enforces the whole limit
 	// on its own, a per-instance protection such as a guard for one backend.
 	ShareReplica
+	// ShareDemand divides the limit by demand: each replica's share follows
+	// the demand it reports, from the parameters its service's leader
+	// publishes (package demand), and is the equal share without them. Only
+	// a rule with one bucket can be shared by demand.
+	ShareDemand
 )
 
 func (s Share) String() string {
-	if s == ShareReplica {
+	switch s {
+	case ShareReplica:
 		return "replica"
+	case ShareDemand:
+		return "demand"
 	}
 	return "cluster"
 }

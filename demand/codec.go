@@ -1,0 +1,395 @@
+package demand
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"math"
+	"slices"
+)
+
+// Wire format, shared by reports and parameters:
+//
+//	magic   "SLD"            3 bytes
+//	version 1                1 byte
+//	kind    1 report, 2 params
+//	body                     (below)
+//	crc     CRC-32C          4 bytes, little endian, of everything before it
+//
+// Integers in the body are unsigned varints, times are signed varints (Unix
+// nanoseconds), rates are float32 bits (4 bytes, little endian: seven digits
+// are more than a smoothed rate carries; the division's figures are rounded
+// toward zero, so what the replicas read is never looser than what the leader
+// computed; a reader compares its own report as decoded, not as measured), strings are a varint length and
+// bytes. Rules are sorted by ID, without duplicates.
+//
+// report body: seq, at, units, node, rules: count, then per rule its ID
+// (8 bytes), offered and admitted.
+//
+// params body: at, snapshot, cutoff, units, headroom, floor, leader, rules:
+// count, then per rule its ID (8 bytes), limit, K, R and the cluster's
+// admitted rate.
+const (
+	magic   = "SLD"
+	version = 1
+
+	kindReport = 1
+	kindParams = 2
+
+	// MaxRules bounds the rules of one report or parameter set.
+	MaxRules = 1024
+	// MaxNode bounds a node name, as Consul's own limit on node names.
+	MaxNode = 253
+	// MaxSize bounds an encoded report or parameter set: MaxRules rules and
+	// the longest node name fit with room to spare.
+	MaxSize = 32 + MaxNode + 8 + MaxRules*(8+4*4)
+)
+
+// ErrFormat marks bytes that are not a valid report or parameter set.
+var ErrFormat = errors.New("demand: bad encoding")
+
+// RuleID names a demand-shared rule the same way in every replica: FNV-1a of
+// the rule's identity (its domain, path and limit), so two replicas whose
+// config differs for a rule never read each other's figures for it.
+type RuleID uint64
+
+// RuleIDOf is the RuleID of a rule identity.
+func RuleIDOf(identity string) RuleID {
+	h := fnv.New64a()
+	h.Write([]byte(identity))
+	return RuleID(h.Sum64())
+}
+
+// Report is what one replica publishes: its demand per rule.
+type Report struct {
+	Seq   uint64 // increases with every report of a process
+	At    int64  // the writer's wall clock, Unix nanoseconds
+	Units uint32 // the replica's weight units
+	Node  string
+	Rules []RuleDemand // sorted by ID
+}
+
+// RuleDemand is one rule's figures in a report, per second, smoothed.
+type RuleDemand struct {
+	ID       RuleID
+	Offered  float64 // tokens asked for, admitted or not
+	Admitted float64 // tokens admitted
+}
+
+// Params is what the leader publishes for a service: the division of each
+// demand-shared rule, from one snapshot of the reports.
+type Params struct {
+	At       int64  // the leader's wall clock when it divided, Unix nanoseconds
+	Snapshot uint64 // the Consul index the reports were read at
+	// Cutoff: a report written at a lower index was too old to count, so
+	// its replica was counted at its equal share.
+	Cutoff   uint64
+	Units    uint32 // U, the units divided among
+	Headroom float64
+	Floor    float64
+	Leader   string
+	Rules    []RuleParams // sorted by ID
+}
+
+// RuleParams is one rule's division.
+type RuleParams struct {
+	ID       RuleID
+	Limit    float64 // L as the leader's config has it, per second
+	K, R     float64
+	Admitted float64 // the cluster's admitted rate, per second
+}
+
+// Rule is r's division as Share takes it.
+func (p *Params) Rule(r *RuleParams) Rule {
+	return Rule{Limit: r.Limit, Units: p.Units, Headroom: p.Headroom, Floor: p.Floor, K: r.K, R: r.R}
+}
+
+// Find returns the parameters of rule id, or nil.
+func (p *Params) Find(id RuleID) *RuleParams {
+	i, ok := slices.BinarySearchFunc(p.Rules, id, func(r RuleParams, id RuleID) int { return cmpID(r.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &p.Rules[i]
+}
+
+// Find returns rule id's figures in the report, or nil.
+func (r *Report) Find(id RuleID) *RuleDemand {
+	i, ok := slices.BinarySearchFunc(r.Rules, id, func(d RuleDemand, id RuleID) int { return cmpID(d.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &r.Rules[i]
+}
+
+func cmpID(a, b RuleID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// AppendReport appends r's encoding to b. It fails on what DecodeReport
+// would refuse: too many rules, a node name too long, rules out of order.
+func AppendReport(b []byte, r *Report) ([]byte, error) {
+	if len(r.Rules) > MaxRules || len(r.Node) > MaxNode {
+		return b, fmt.Errorf("%w: %d rules, node name of %d bytes", ErrFormat, len(r.Rules), len(r.Node))
+	}
+	for i := 1; i < len(r.Rules); i++ {
+		if r.Rules[i-1].ID >= r.Rules[i].ID {
+			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
+		}
+	}
+	start := len(b)
+	b = append(b, magic...)
+	b = append(b, version, kindReport)
+	b = binary.AppendUvarint(b, r.Seq)
+	b = binary.AppendVarint(b, r.At)
+	b = binary.AppendUvarint(b, uint64(r.Units))
+	b = appendString(b, r.Node)
+	b = binary.AppendUvarint(b, uint64(len(r.Rules)))
+	for _, d := range r.Rules {
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.ID))
+		b = appendRate(b, d.Offered)
+		b = appendRate(b, d.Admitted)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+}
+
+// AppendParams appends p's encoding to b; see AppendReport.
+func AppendParams(b []byte, p *Params) ([]byte, error) {
+	if len(p.Rules) > MaxRules || len(p.Leader) > MaxNode {
+		return b, fmt.Errorf("%w: %d rules, leader name of %d bytes", ErrFormat, len(p.Rules), len(p.Leader))
+	}
+	for i := 1; i < len(p.Rules); i++ {
+		if p.Rules[i-1].ID >= p.Rules[i].ID {
+			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
+		}
+	}
+	start := len(b)
+	b = append(b, magic...)
+	b = append(b, version, kindParams)
+	b = binary.AppendVarint(b, p.At)
+	b = binary.AppendUvarint(b, p.Snapshot)
+	b = binary.AppendUvarint(b, p.Cutoff)
+	b = binary.AppendUvarint(b, uint64(p.Units))
+	b = appendDown(b, p.Headroom)
+	b = appendDown(b, p.Floor)
+	b = appendString(b, p.Leader)
+	b = binary.AppendUvarint(b, uint64(len(p.Rules)))
+	for _, r := range p.Rules {
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.ID))
+		b = appendRate(b, r.Limit)
+		b = appendDown(b, r.K)
+		b = appendDown(b, r.R)
+		b = appendRate(b, r.Admitted)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+}
+
+// DecodeReport decodes a report. Anything but exactly one well-formed
+// report (wrong magic, version or kind, a bad checksum, trailing bytes,
+// rules out of order, a rate that is negative, NaN or infinite) is an
+// error wrapping ErrFormat.
+func DecodeReport(b []byte) (Report, error) {
+	var r Report
+	d, err := open(b, kindReport)
+	if err != nil {
+		return r, err
+	}
+	r.Seq = d.uvarint()
+	r.At = d.varint()
+	r.Units = d.uint32()
+	r.Node = d.string()
+	n := d.count()
+	if d.err == nil && n > 0 {
+		r.Rules = make([]RuleDemand, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		r.Rules[i] = RuleDemand{ID: d.id(), Offered: d.rate(), Admitted: d.rate()}
+		if i > 0 && r.Rules[i-1].ID >= r.Rules[i].ID {
+			d.fail("rules not sorted by ID")
+		}
+	}
+	return r, d.close()
+}
+
+// DecodeParams decodes a parameter set; see DecodeReport. K must lie in
+// [0, 1] and R in [0, 1].
+func DecodeParams(b []byte) (Params, error) {
+	var p Params
+	d, err := open(b, kindParams)
+	if err != nil {
+		return p, err
+	}
+	p.At = d.varint()
+	p.Snapshot = d.uvarint()
+	p.Cutoff = d.uvarint()
+	p.Units = d.uint32()
+	p.Headroom = d.rate()
+	p.Floor = d.rate()
+	p.Leader = d.string()
+	n := d.count()
+	if d.err == nil && n > 0 {
+		p.Rules = make([]RuleParams, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		r := RuleParams{ID: d.id(), Limit: d.rate(), K: d.rate(), R: d.rate(), Admitted: d.rate()}
+		if r.K > 1 || r.R > 1 {
+			d.fail("K or R above 1")
+		}
+		if i > 0 && p.Rules[i-1].ID >= r.ID {
+			d.fail("rules not sorted by ID")
+		}
+		p.Rules[i] = r
+	}
+	return p, d.close()
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendRate(b []byte, v float64) []byte {
+	if !(v >= 0) || v > math.MaxFloat32 {
+		v = 0 // never written by this package; kept decodable
+	}
+	return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+}
+
+// appendDown is appendRate rounding toward zero: the tuning figures and K and
+// R may only shrink on the way to the replicas, which makes their shares
+// tighter than the leader's division, never looser.
+func appendDown(b []byte, v float64) []byte {
+	if v >= 0 && v <= math.MaxFloat32 {
+		f := float32(v)
+		if float64(f) > v {
+			f = math.Nextafter32(f, 0)
+		}
+		v = float64(f)
+	}
+	return appendRate(b, v)
+}
+
+// decoder reads a body; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func open(b []byte, kind byte) (*decoder, error) {
+	if len(b) > MaxSize {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrFormat, len(b), MaxSize)
+	}
+	if len(b) < len(magic)+2+4 || string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: not a sharelimit demand record", ErrFormat)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrFormat)
+	}
+	if v := b[len(magic)]; v != version {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, version)
+	}
+	if k := b[len(magic)+1]; k != kind {
+		return nil, fmt.Errorf("%w: kind %d, want %d", ErrFormat, k, kind)
+	}
+	return &decoder{b: body[len(magic)+2:]}, nil
+}
+
+func (d *decoder) fail(msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrFormat, msg)
+	}
+	d.b = nil
+}
+
+func (d *decoder) close() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	return d.err
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated or overlong integer")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("truncated or overlong integer")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uint32() uint32 {
+	v := d.uvarint()
+	if v > math.MaxUint32 {
+		d.fail("units out of range")
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if v > MaxRules {
+		d.fail(fmt.Sprintf("%d rules, more than %d", v, MaxRules))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > MaxNode || n > uint64(len(d.b)) {
+		d.fail("string too long or truncated")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) id() RuleID {
+	if len(d.b) < 8 {
+		d.fail("truncated rule ID")
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return RuleID(v)
+}
+
+func (d *decoder) rate() float64 {
+	if len(d.b) < 4 {
+		d.fail("truncated rate")
+		return 0
+	}
+	v := math.Float32frombits(binary.LittleEndian.Uint32(d.b))
+	d.b = d.b[4:]
+	if !(v >= 0) || math.IsInf(float64(v), 0) {
+		d.fail("rate negative, NaN or infinite")
+		return 0
+	}
+	return float64(v)
+}

@@ -1,0 +1,185 @@
+package demand
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func sampleReport() Report {
+	return Report{
+		Seq: 42, At: 1_780_000_000_123_456_789, Units: 3, Node: "node-a.dc1",
+		Rules: []RuleDemand{{ID: 7, Offered: 312.5, Admitted: 100}, {ID: RuleIDOf("edge/generic_key_cluster"), Offered: 0.25, Admitted: 0}},
+	}
+}
+
+func sampleParams() Params {
+	return Params{
+		At: 1_780_000_001_000_000_000, Snapshot: 9001, Cutoff: 8990, Units: 4, Headroom: 0.1, Floor: 0.1, Leader: "node-b",
+		Rules: []RuleParams{{ID: 7, Limit: 400, K: 0.25, R: 0.0625, Admitted: 399.5}},
+	}
+}
+
+func sortRules(r *Report) {
+	if len(r.Rules) == 2 && r.Rules[0].ID > r.Rules[1].ID {
+		r.Rules[0], r.Rules[1] = r.Rules[1], r.Rules[0]
+	}
+}
+
+// TestCodecGolden pins the wire format: a change to it must bump the
+// version, and the golden files show what changed.
+func TestCodecGolden(t *testing.T) {
+	r := sampleReport()
+	sortRules(&r)
+	rb, err := AppendReport(nil, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sampleParams()
+	pb, err := AppendParams(nil, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][]byte{"report.golden": rb, "params.golden": pb} {
+		path := filepath.Join("testdata", name)
+		if *update {
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run with -update to create it)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: encoding changed:\n got %x\nwant %x", name, got, want)
+		}
+	}
+	if len(rb) > 64 || len(pb) > 64 {
+		t.Errorf("a two-rule report is %d bytes and a one-rule parameter set %d: more than the 64 each should take", len(rb), len(pb))
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	r := sampleReport()
+	sortRules(&r)
+	b, err := AppendReport([]byte("prefix"), &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeReport(b[len("prefix"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != r.Seq || got.At != r.At || got.Units != r.Units || got.Node != r.Node || len(got.Rules) != 2 {
+		t.Fatalf("round trip: %+v, want %+v", got, r)
+	}
+	for i := range r.Rules {
+		if got.Rules[i] != r.Rules[i] { // the sample's rates are exact in float32
+			t.Errorf("rule %d: %+v, want %+v", i, got.Rules[i], r.Rules[i])
+		}
+	}
+	if got.Find(7) == nil || got.Find(8) != nil {
+		t.Errorf("Find: %v %v", got.Find(7), got.Find(8))
+	}
+
+	p := sampleParams()
+	b, err = AppendParams(nil, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, err := DecodeParams(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gp.At != p.At || gp.Snapshot != p.Snapshot || gp.Cutoff != p.Cutoff || gp.Units != p.Units || gp.Leader != p.Leader || len(gp.Rules) != 1 || gp.Rules[0] != p.Rules[0] {
+		t.Errorf("round trip: %+v, want %+v", gp, p)
+	}
+	if math.Abs(gp.Headroom-0.1) > 1e-7 || gp.Headroom > 0.1 || gp.Floor > 0.1 {
+		t.Errorf("headroom %v and floor %v: want 0.1 rounded toward zero", gp.Headroom, gp.Floor)
+	}
+}
+
+// TestParamsRoundDown: K and R come out of the encoding no larger than they
+// went in, whatever their float32 neighbours.
+func TestParamsRoundDown(t *testing.T) {
+	for _, v := range []float64{1.0 / 3, 0.1, 2.0 / 3, 0.999999999, 1e-30, 0.7} {
+		p := Params{Units: 1, Rules: []RuleParams{{ID: 1, Limit: 1, K: v, R: v}}}
+		b, err := AppendParams(nil, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeParams(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k, r := got.Rules[0].K, got.Rules[0].R; k > v || r > v || v-k > 1e-7*v {
+			t.Errorf("%v encoded as K=%v R=%v: want at most it, within float32", v, k, r)
+		}
+	}
+}
+
+func TestCodecRejects(t *testing.T) {
+	r := sampleReport()
+	sortRules(&r)
+	good, _ := AppendReport(nil, &r)
+	p := sampleParams()
+	goodP, _ := AppendParams(nil, &p)
+	flip := func(b []byte, i int) []byte {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		return c
+	}
+	// reseal recomputes the checksum, to reach the checks behind it.
+	reseal := func(body []byte) []byte {
+		return append(bytes.Clone(body), le32(crc(body))...)
+	}
+	cases := map[string][]byte{
+		"empty":            nil,
+		"short":            good[:5],
+		"truncated":        good[:len(good)-1],
+		"bit flipped":      flip(good, 10),
+		"checksum flipped": flip(good, len(good)-1),
+		"params as report": goodP,
+		"trailing bytes":   reseal(append(bytes.Clone(good[:len(good)-4]), 0)),
+		"future version":   reseal(append(append([]byte(magic), version+1), good[4:len(good)-4]...)),
+		"oversized":        make([]byte, MaxSize+1),
+	}
+	for name, b := range cases {
+		if _, err := DecodeReport(b); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: DecodeReport = %v, want ErrFormat", name, err)
+		}
+	}
+	if _, err := DecodeParams(good); !errors.Is(err, ErrFormat) {
+		t.Errorf("report as params: %v, want ErrFormat", err)
+	}
+	// Encoders refuse what the decoders would.
+	bad := Report{Rules: []RuleDemand{{ID: 2}, {ID: 1}}}
+	if _, err := AppendReport(nil, &bad); !errors.Is(err, ErrFormat) {
+		t.Errorf("unsorted rules: %v", err)
+	}
+	long := Report{Node: string(make([]byte, MaxNode+1))}
+	if _, err := AppendReport(nil, &long); !errors.Is(err, ErrFormat) {
+		t.Errorf("long node: %v", err)
+	}
+	// The largest legal report fits MaxSize.
+	big := Report{Seq: math.MaxUint64, At: math.MinInt64, Units: math.MaxUint32, Node: string(make([]byte, MaxNode))}
+	for i := range MaxRules {
+		big.Rules = append(big.Rules, RuleDemand{ID: RuleID(i), Offered: math.MaxFloat32, Admitted: 1})
+	}
+	b, err := AppendReport(nil, &big)
+	if err != nil || len(b) > MaxSize {
+		t.Fatalf("largest report: %d bytes (max %d), %v", len(b), MaxSize, err)
+	}
+	if _, err := DecodeReport(b); err != nil {
+		t.Errorf("largest report: %v", err)
+	}
+}
+
+func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }

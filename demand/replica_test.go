@@ -1,0 +1,111 @@
+package demand
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestRates(t *testing.T) {
+	var r Rates
+	t0 := time.Unix(1000, 0)
+	r.Update(0, 0, t0, 0)
+	r.Update(100, 40, t0.Add(time.Second), 0) // tau 0: the last window only
+	if r.Offered != 100 || r.Admitted != 40 {
+		t.Fatalf("tau 0: %v/%v, want 100/40", r.Offered, r.Admitted)
+	}
+	// With tau = 1 s, a step from 100/s to 300/s reaches 1-1/e of the way
+	// after one second, however the second is sampled.
+	a, b := r, r
+	a.Update(400, 40, t0.Add(2*time.Second), time.Second)
+	for i := 1; i <= 10; i++ {
+		b.Update(100+uint64(30*i), 40, t0.Add(time.Second+time.Duration(i)*100*time.Millisecond), time.Second)
+	}
+	want := 100 + 200*(1-math.Exp(-1))
+	if math.Abs(a.Offered-want) > 1e-9 || math.Abs(b.Offered-want) > 1e-9 {
+		t.Errorf("one sample %v, ten samples %v, want %v", a.Offered, b.Offered, want)
+	}
+	if a.Admitted >= 40 || a.Admitted <= 0 {
+		t.Errorf("admitted decays toward 0: %v", a.Admitted)
+	}
+	// A counter that went backwards restarts the window and adds nothing.
+	c := a
+	c.Update(10, 10, t0.Add(3*time.Second), time.Second)
+	if c.Offered > a.Offered {
+		t.Errorf("a counter going backwards raised the rate: %v → %v", a.Offered, c.Offered)
+	}
+	// Time standing still changes nothing.
+	d := a
+	d.Update(1e9, 1e9, t0.Add(2*time.Second), time.Second)
+	if d.Offered != a.Offered {
+		t.Errorf("dt = 0 changed the rate")
+	}
+}
+
+func TestHistoryReported(t *testing.T) {
+	rep := func(seq uint64) Report { return Report{Seq: seq} }
+	var h History
+	if _, s := h.Reported(&Params{Snapshot: 100}); s != Absent {
+		t.Errorf("never wrote: %v, want Absent", s)
+	}
+	h.Add(10, rep(1))
+	h.Add(20, rep(2))
+	h.Add(30, rep(3))
+	for _, c := range []struct {
+		snapshot, cutoff uint64
+		seq              uint64
+		want             Standing
+	}{
+		{25, 0, 2, Counted},
+		{30, 0, 3, Counted},
+		{1000, 25, 3, Counted},
+		{25, 21, 0, Absent}, // our newest at 25 is 20, before the cutoff
+		{5, 0, 0, Absent},   // we had written nothing yet
+	} {
+		r, s := h.Reported(&Params{Snapshot: c.snapshot, Cutoff: c.cutoff})
+		if s != c.want || r.Seq != c.seq {
+			t.Errorf("snapshot %d cutoff %d: seq %d %v, want seq %d %v", c.snapshot, c.cutoff, r.Seq, s, c.seq, c.want)
+		}
+	}
+	// A failed write may have landed after 30.
+	h.Failed()
+	if _, s := h.Reported(&Params{Snapshot: 40}); s != Unknown {
+		t.Errorf("after a failed write: %v, want Unknown", s)
+	}
+	if r, s := h.Reported(&Params{Snapshot: 30}); s != Counted || r.Seq != 3 {
+		t.Errorf("a snapshot from before the failed write: %v %v", r.Seq, s)
+	}
+	h.Add(50, rep(5))
+	if r, s := h.Reported(&Params{Snapshot: 60}); s != Counted || r.Seq != 5 {
+		t.Errorf("a later write supersedes the failed one: %v %v", r.Seq, s)
+	}
+	// Once the history has dropped entries, a snapshot older than all kept
+	// is Unknown, not Absent.
+	for i := range HistoryLen {
+		h.Add(uint64(100+i), rep(uint64(100+i)))
+	}
+	if _, s := h.Reported(&Params{Snapshot: 60}); s != Unknown {
+		t.Errorf("a snapshot older than the history: %v, want Unknown", s)
+	}
+	h.Reset()
+	if _, s := h.Reported(&Params{Snapshot: 1000}); s != Absent {
+		t.Errorf("after Reset: %v, want Absent", s)
+	}
+}
+
+func TestStretchAndMoved(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, time.Second}, {100, time.Second}, {101, 1010 * time.Millisecond}, {1000, 10 * time.Second}} {
+		if got := Stretch(time.Second, c.n, 100); got != c.want {
+			t.Errorf("Stretch(1s, %d, 100) = %v, want %v", c.n, got, c.want)
+		}
+	}
+	if Stretch(time.Second, 1000, 0) != time.Second {
+		t.Error("no cap: the interval")
+	}
+	if !Moved(100, 120, 0.1, 1) || Moved(100, 105, 0.1, 1) || Moved(0, 0.5, 0.1, 1) || !Moved(0, 2, 0.1, 1) {
+		t.Error("Moved")
+	}
+}
