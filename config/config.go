@@ -92,6 +92,19 @@ type Config struct {
 	// share must hold before it applies; 0 applies every change at once.
 	MembershipHold time.Duration
 
+	// ShareMode is "cluster" (limits divided by membership) or "demand"
+	// (every cluster-shared limit of a rule with one bucket divided by
+	// demand); see ShareCluster and ShareDemand.
+	ShareMode string
+	// DemandPrefix is the Consul KV prefix under which replicas publish
+	// their demand and the leader its parameters.
+	DemandPrefix string
+	// DemandInterval is how often, at most, a replica writes its demand.
+	DemandInterval time.Duration
+	// DemandMaxWrites bounds a service's demand writes per second, all
+	// replicas together: the interval stretches to n/DemandMaxWrites.
+	DemandMaxWrites float64
+
 	MaxBuckets    int
 	SweepInterval time.Duration
 
@@ -115,6 +128,12 @@ type Config struct {
 	// logger exists.
 	Notices []Notice
 }
+
+// The values of ShareMode.
+const (
+	ShareCluster = "cluster"
+	ShareDemand  = "demand"
+)
 
 // The values of ConfigType.
 const (
@@ -214,6 +233,10 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.ConsulWeights, "consul-weights", true, "divide by the instances' Consul weights (Weights.Passing) instead of counting each instance 1")
 	fs.BoolVar(&c.ConsulCache, "consul-cache", true, "query through the local agent's cache (?cached), which Consul's streaming backend serves; falls back to plain blocking queries")
 	fs.Var(seconds{&c.MembershipHold}, "membership-hold", "how long a membership change that grows this replica's share must hold before it applies (a shrink applies at once); 0 = off")
+	fs.StringVar(&c.ShareMode, "share-mode", ShareCluster, "how limits without share: in their YAML are divided: cluster (by membership) or demand (by each replica's demand, for rules with one bucket)")
+	fs.StringVar(&c.DemandPrefix, "demand-prefix", "sharelimit/demand/", "Consul KV prefix for demand reports and the leader's share parameters")
+	fs.Var(seconds{&c.DemandInterval}, "demand-interval", "how often, at most, a replica writes its demand to Consul")
+	fs.Float64Var(&c.DemandMaxWrites, "demand-max-writes", 100, "most demand writes per second per service, all replicas together: the interval stretches to N/this")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")
@@ -237,6 +260,7 @@ func Defaults() *Config {
 		ReloadDebounce:  250 * time.Millisecond,
 		ConsulWait:      time.Minute,
 		MembershipHold:  2 * time.Second,
+		DemandInterval:  time.Second,
 		SweepInterval:   10 * time.Second,
 		Drain:           5 * time.Second,
 		ShutdownTimeout: 10 * time.Second,

@@ -92,7 +92,33 @@ func (c *Config) validateServices(bad func(flag, format string, args ...any)) {
 	if c.MembershipHold < 0 || c.MembershipHold > maxHold {
 		bad("membership-hold", "must be between 0 (off) and %s, got %s", maxHold, c.MembershipHold)
 	}
+	validateDemand(c, bad)
 }
+
+// validateDemand checks the demand-sharing settings.
+func validateDemand(c *Config, bad func(flag, format string, args ...any)) {
+	if c.ShareMode != ShareCluster && c.ShareMode != ShareDemand {
+		bad("share-mode", "must be %s or %s, got %q", ShareCluster, ShareDemand, c.ShareMode)
+	}
+	if c.DemandInterval < MinDemandInterval || c.DemandInterval > MaxDemandInterval {
+		bad("demand-interval", "must be between %s and %s, got %s", MinDemandInterval, MaxDemandInterval, c.DemandInterval)
+	}
+	if !(c.DemandMaxWrites >= 1) || c.DemandMaxWrites > 10000 {
+		bad("demand-max-writes", "must be between 1 and 10000, got %v", c.DemandMaxWrites)
+	}
+	p := c.DemandPrefix
+	if p == "" || strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || strings.Contains(p, "//") || len(p) > 200 {
+		bad("demand-prefix", "must be a Consul KV folder such as sharelimit/demand/ (no leading /, a trailing /, at most 200 bytes), got %q", p)
+	}
+}
+
+// Bounds of --demand-interval: faster writes cost Consul more than they gain
+// in convergence; slower ones leave shares stale for longer than the
+// reports' own lifetime makes sense.
+const (
+	MinDemandInterval = 100 * time.Millisecond
+	MaxDemandInterval = time.Minute
+)
 
 // maxHold bounds --membership-hold: a longer hold keeps a share tighter than
 // it need be for longer, and past minutes it only hides a misconfiguration.

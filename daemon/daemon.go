@@ -256,6 +256,17 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		}
 		v.publish(first)
 		v.register(reg)
+		if v.consul != nil {
+			v.demand = newDemander(v, d.engine, client, demandSettings{
+				prefix: cfg.DemandPrefix, interval: cfg.DemandInterval, maxWrites: cfg.DemandMaxWrites,
+				queryRate: cfg.ConsulQueryRate, node: cfg.Node,
+			}, d.log.With("component", "demand"))
+			v.demand.register(reg)
+		}
+	}
+	reg.MustRegister(demandRules{d.views})
+	if cfg.ShareMode == config.ShareDemand {
+		d.engine.SetShareMode(true)
 	}
 	return nil
 }
@@ -327,6 +338,9 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		}
 		if v.damper != nil {
 			g.Go(func() error { return v.damper.Run(gctx) })
+		}
+		if v.demand != nil {
+			g.Go(func() error { return v.demand.Run(gctx) })
 		}
 	}
 	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })

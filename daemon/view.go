@@ -27,6 +27,9 @@ type view struct {
 	cur     atomic.Pointer[membership.View]
 	engine  *descriptors.Engine
 	clock   monotime.Clock
+	// demand shares this view's demand rules; nil for a static view. Set
+	// before the watch runs.
+	demand *demander
 }
 
 // publish puts a view in force: the engine re-divides the group's limits,
@@ -34,6 +37,11 @@ type view struct {
 func (v *view) publish(mv membership.View) {
 	v.cur.Store(&mv)
 	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
+	if v.demand != nil {
+		// The equal share moved, and the units the shares scale by: a
+		// shrink applies at once here too.
+		v.demand.apply(v.demand.rules(), v.demand.wall())
+	}
 }
 
 // observe is the watch's OnUpdate: through the damper when there is one.

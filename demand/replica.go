@@ -67,10 +67,12 @@ func (h *History) Add(index uint64, r Report) {
 }
 
 // Failed records a write that returned an error: Consul may have applied it
-// all the same, at an index after every one recorded, so a snapshot that may
-// hold it is read as Unknown until a later write is recorded.
-func (h *History) Failed() {
-	h.push(sent{index: h.last + 1, unknown: true})
+// all the same, at an index after every one recorded and after known, the
+// highest index this replica had seen committed before the write began (the
+// parameters' own index, say). A snapshot that may hold it is read as Unknown
+// until a later write is recorded; parameters from before it are not.
+func (h *History) Failed(known uint64) {
+	h.push(sent{index: max(h.last, known) + 1, unknown: true})
 }
 
 func (h *History) push(e sent) {

@@ -67,13 +67,14 @@ func TestHistoryReported(t *testing.T) {
 			t.Errorf("snapshot %d cutoff %d: seq %d %v, want seq %d %v", c.snapshot, c.cutoff, r.Seq, s, c.seq, c.want)
 		}
 	}
-	// A failed write may have landed after 30.
-	h.Failed()
+	// A failed write, begun once index 35 was known committed (the
+	// parameters in hand were written then), may have landed after it.
+	h.Failed(35)
 	if _, s := h.Reported(&Params{Snapshot: 40}); s != Unknown {
 		t.Errorf("after a failed write: %v, want Unknown", s)
 	}
-	if r, s := h.Reported(&Params{Snapshot: 30}); s != Counted || r.Seq != 3 {
-		t.Errorf("a snapshot from before the failed write: %v %v", r.Seq, s)
+	if r, s := h.Reported(&Params{Snapshot: 35}); s != Counted || r.Seq != 3 {
+		t.Errorf("parameters from before the failed write: %v %v, want seq 3 Counted", r.Seq, s)
 	}
 	h.Add(50, rep(5))
 	if r, s := h.Reported(&Params{Snapshot: 60}); s != Counted || r.Seq != 5 {

@@ -5,9 +5,10 @@ import "math"
 // Defaults of the rule's two tuning figures.
 const (
 	// DefaultHeadroom is h: a replica that wants less than its equal share
-	// gets 10% more than it wants, so demand that grows between two reports
-	// is not cut at once.
-	DefaultHeadroom = 0.1
+	// gets 5% more than it wants, so demand that grows a little between two
+	// reports is not cut at once. It is what the cluster gives up of L under
+	// skew: at most h times the demand of the replicas under their share.
+	DefaultHeadroom = 0.05
 	// DefaultFloor is f: every live replica keeps at least 10% of its equal
 	// share, so one whose demand jumps from nothing is not starved until its
 	// next report is divided.
@@ -109,13 +110,15 @@ func Share(p Rule, units uint32, offered float64, absent bool, viewUnits uint32)
 	d := sane(offered)
 	switch {
 	case absent:
+		// No more than the equal share, not even the leftover R: a
+		// replica that was not in the division (one that joined since)
+		// has none of it set aside.
 		g = e
 	case d <= e:
-		g = under(d, e, headroom, floor)
+		g = under(d, e, headroom, floor) + r*e
 	default:
-		g = e + k*(d-e)
+		g = e + k*(d-e) + r*e
 	}
-	g += r * e
 	if viewUnits > p.Units {
 		g *= float64(p.Units) / float64(viewUnits)
 	}

@@ -129,6 +129,19 @@ func TestShareNewcomer(t *testing.T) {
 	if math.Abs(hot-100*2.0/3) > 1e-6 {
 		t.Errorf("hot replica's share %.6f, want 200/3 (its 100 scaled by 2/3)", hot)
 	}
+
+	// With capacity left over (R > 0), the newcomer, absent from the
+	// division, must not take R as well: none of it was set aside for it.
+	p = Divide(100, 2, []Want{{Units: 1, Offered: 10}, {Units: 1, Offered: 10}}, 0, 0)
+	if p.R < 0.5 {
+		t.Fatalf("R = %v, want the 80 left over spread", p.R)
+	}
+	a, _ := Share(p, 1, 10, false, 3)
+	b, _ := Share(p, 1, 10, false, 3)
+	n, _ := Share(p, 1, 0, true, 3)
+	if sum := a + b + n; sum > 100 {
+		t.Errorf("two old replicas %.3f + %.3f and a newcomer %.3f = %.3f > 100", a, b, n, sum)
+	}
 }
 
 // TestShareBadParams: parameters that cannot be evaluated are refused, and

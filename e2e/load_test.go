@@ -515,3 +515,31 @@ func (l *load) checkClean(t *testing.T) {
 		t.Errorf("%d answers were over a limit other than the global one, or malformed; first: %v", len(l.other), l.other[0])
 	}
 }
+
+// worstWindow is the most any one-second window within [from, to), sliding
+// by bin, admitted per second, among the windows whose edges were met on
+// time (see stable); fewer than half of them measurable fails the test.
+func (l *load) worstWindow(t *testing.T, from, to time.Duration) (float64, window) {
+	t.Helper()
+	const span = int(time.Second / binWidth)
+	edge := func(b int) bool { return l.onTimeBin(b-1) && l.onTimeBin(b) }
+	var worst float64
+	var worstW window
+	measured, windows := 0, 0
+	for b := int(from / binWidth); b+span <= int(to/binWidth); b++ {
+		windows++
+		if !edge(b) || !edge(b+span) {
+			continue
+		}
+		measured++
+		w := window{time.Duration(b) * binWidth, time.Duration(b+span) * binWidth}
+		if r := l.admitted(w); r > worst {
+			worst, worstW = r, w
+		}
+	}
+	t.Logf("%d of %d one-second windows in [%v, %v) had on-time edges; load: %s", measured, windows, from, to, l.lateness())
+	if 2*measured < windows {
+		t.Errorf("only %d of %d windows could be measured: the machine is too busy to measure a rate", measured, windows)
+	}
+	return worst, worstW
+}

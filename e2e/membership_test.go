@@ -205,26 +205,5 @@ func flap(t *testing.T, hold string) (float64, window) {
 	l.wait()
 	l.checkClean(t)
 
-	// Every one-second window, by bin, whose edges were met on time.
-	const span = int(time.Second / binWidth)
-	edge := func(b int) bool { return l.onTimeBin(b-1) && l.onTimeBin(b) }
-	var worst float64
-	var worstW window
-	measured, windows := 0, 0
-	for b := int(start / binWidth); b+span <= int((start+flaps)/binWidth); b++ {
-		windows++
-		if !edge(b) || !edge(b+span) {
-			continue
-		}
-		measured++
-		w := window{time.Duration(b) * binWidth, time.Duration(b+span) * binWidth}
-		if r := l.admitted(w); r > worst {
-			worst, worstW = r, w
-		}
-	}
-	t.Logf("%d of %d one-second windows had on-time edges; load: %s", measured, windows, l.lateness())
-	if 2*measured < windows {
-		t.Errorf("only %d of %d windows could be measured: the machine is too busy to measure a rate", measured, windows)
-	}
-	return worst, worstW
+	return l.worstWindow(t, start, start+flaps)
 }

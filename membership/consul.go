@@ -28,6 +28,7 @@ type Consul struct {
 	now    func() time.Time
 
 	view    atomic.Pointer[View]
+	nodes   atomic.Pointer[[]string] // the passing nodes of the last answer observed
 	running atomic.Bool
 	// count is tallyPassing. Tests swap it, before Run, for a counter that
 	// gives what no answer from Consul can, to reach the faults behind it.
@@ -51,6 +52,16 @@ type Consul struct {
 	// Instances warned about for a weight below 1 (weigh), by node and ID.
 	warned     map[string]struct{}
 	warnedFull bool
+}
+
+// PassingNodes are the nodes with a passing instance in the last answer
+// observed (before any damping), sorted; nil until Consul has answered. The
+// caller must not modify them.
+func (c *Consul) PassingNodes() []string {
+	if p := c.nodes.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // NewConsul returns a Consul source that reads through client, which carries

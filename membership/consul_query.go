@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,7 @@ type tally struct {
 // answer is one successful query: its tally and how the agent served it.
 type answer struct {
 	tally
+	nodes    []string      // the nodes with a passing instance, sorted
 	cached   bool          // asked with ?cached
 	cacheHit bool          // X-Cache: HIT
 	cacheAge time.Duration // Age: how long ago the agent's cache was last refreshed from the servers
@@ -80,7 +82,7 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 			"previous", c.index, "answered", meta.LastIndex)
 	}
 	c.index = next
-	a := answer{tally: c.count(entries, node), cached: cached, cacheHit: meta.CacheHit, cacheAge: meta.CacheAge}
+	a := answer{tally: c.count(entries, node), nodes: passingNodes(entries), cached: cached, cacheHit: meta.CacheHit, cacheAge: meta.CacheAge}
 	if a.total == 0 {
 		// No passing instance at all is what an emptied catalog looks like (a
 		// restarted agent before re-registration, a filter matching nothing).
@@ -297,4 +299,16 @@ func (c *Consul) agentNodeName(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("resolve local node name from /v1/agent/self (or set the node explicitly): %w", err)
 	}
 	return self.Config.NodeName, nil
+}
+
+// passingNodes are the distinct nodes of entries, sorted.
+func passingNodes(entries []*api.ServiceEntry) []string {
+	nodes := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e != nil && e.Node != nil {
+			nodes = append(nodes, e.Node.Node)
+		}
+	}
+	slices.Sort(nodes)
+	return slices.Compact(nodes)
 }

@@ -58,6 +58,7 @@ func (c *Consul) observe(node string, a answer) error {
 	}
 	first := !c.answered
 	c.answered = true
+	c.nodes.Store(&a.nodes)
 	c.publish(v)
 
 	if prev.LastError != "" {

@@ -1,0 +1,607 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sharelimit/sharelimit/demand"
+	"github.com/sharelimit/sharelimit/demand/consulkv"
+	"github.com/sharelimit/sharelimit/descriptors"
+)
+
+// Demand sharing's timing, beyond the flags.
+const (
+	// demandTick is how often the meters are read, a write considered and
+	// the shares re-evaluated.
+	demandTick = 100 * time.Millisecond
+	// demandSessionTTL is the session's TTL, Consul's minimum: a dead
+	// replica's report is gone within about twice that.
+	demandSessionTTL = 10 * time.Second
+	// demandSessionMargin: a replica whose session went unrenewed for the
+	// TTL less this takes at most its equal share.
+	demandSessionMargin = 2 * time.Second
+	// demandThreshold: a rule's demand must move by more than this part to
+	// be written before the heartbeat.
+	demandThreshold = 0.1
+	// demandHeartbeats: with no move, a replica writes every this many
+	// (stretched) intervals, so its report is never older than the cutoff.
+	demandHeartbeats = 2
+	// demandGrowSlack is added to one query interval to make the delay
+	// before a grown share applies: every replica has had the parameters
+	// that shrink the others by then.
+	demandGrowSlack = 250 * time.Millisecond
+	// demandTauDivisor: the meters' time constant is the interval divided
+	// by this. A short one lets a replica whose demand fell release its
+	// share within a report or two (its peers wait for it); the write
+	// threshold and the once-per-interval cap keep the noise of a short
+	// window from costing writes.
+	demandTauDivisor = 4
+	// demandLeaderDivisor: the leader divides this many times per interval,
+	// so a report waits at most half an interval to be divided.
+	demandLeaderDivisor = 2
+	// demandWriteTimeout bounds one Consul write.
+	demandWriteTimeout = 2 * time.Second
+)
+
+// demandSettings are the flags and timings a demander runs with.
+type demandSettings struct {
+	prefix    string
+	interval  time.Duration
+	maxWrites float64
+	queryRate float64 // --consul-query-rate: the params watch's pacing
+	node      string  // --node, or the agent's node name once known
+}
+
+// demander shares the demand rules of one Consul service's domains by
+// demand: it meters them, publishes this replica's report, campaigns to be
+// the service's leader (which divides), watches the leader's parameters and
+// sets each rule's group weight to this replica's share. The Consul part
+// starts only once the service has a demand rule, so a daemon that shares
+// nothing by demand writes nothing to Consul. Safe for concurrent use.
+type demander struct {
+	v      *view
+	engine *descriptors.Engine
+	client *api.Client
+	set    demandSettings
+	log    *slog.Logger
+	wall   func() time.Time
+
+	mu       sync.Mutex
+	rates    map[string]*demand.Rates // by rule identity
+	hist     demand.History
+	params   *demand.Params
+	gotAt    time.Time // when params arrived
+	seen     uint64    // the highest index the params watch has seen
+	badParam uint64
+	badRep   uint64
+	last     *demand.Report // the last report written, as decoded
+	lastAt   time.Time
+	seq      uint64
+	writes   uint64
+	failures uint64
+	grows    map[int]grow // by group: a larger share waiting to apply
+	shares   map[string]float64
+	started  bool
+	sessGen  uint64
+
+	session *consulkv.Session
+	pub     *consulkv.Publisher
+	leader  *consulkv.Leader
+	watch   *consulkv.Watcher
+}
+
+// grow is a larger share held back until at.
+type grow struct {
+	w  float64
+	at time.Time
+}
+
+func newDemander(v *view, e *descriptors.Engine, client *api.Client, set demandSettings, log *slog.Logger) *demander {
+	return &demander{v: v, engine: e, client: client, set: set, log: log, wall: time.Now,
+		rates: map[string]*demand.Rates{}, grows: map[int]grow{}, shares: map[string]float64{}}
+}
+
+// rules are the installed demand rules of this view's domains.
+func (d *demander) rules() []descriptors.DemandBinding {
+	var out []descriptors.DemandBinding
+	for _, b := range d.engine.DemandRules() {
+		if b.State.DomainGroup() == d.v.group {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// stretched is the write interval for the service's current count.
+func (d *demander) stretched() time.Duration {
+	return demand.Stretch(d.set.interval, d.v.cur.Load().Total, d.set.maxWrites)
+}
+
+// Run meters, writes and re-divides until ctx ends.
+func (d *demander) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		tk := time.NewTicker(demandTick)
+		defer tk.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-tk.C:
+			}
+			rules := d.rules()
+			if len(rules) > 0 && !d.isStarted() {
+				if err := d.start(gctx, g); err != nil {
+					return err
+				}
+			}
+			d.tick(gctx, rules)
+		}
+	})
+	return g.Wait()
+}
+
+func (d *demander) isStarted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.started
+}
+
+// start builds the Consul part and runs it in g. It waits for the node's
+// name, which names the report's key: --node, or the agent's once the
+// membership watch has learnt it.
+func (d *demander) start(ctx context.Context, g *errgroup.Group) error {
+	node := d.set.node
+	if node == "" {
+		node = d.v.cur.Load().Node
+	}
+	if node == "" {
+		return nil // not known yet: the next tick tries again
+	}
+	keys := consulkv.Keys{Prefix: d.set.prefix, Service: d.v.service}
+	session, err := consulkv.NewSession(d.client, consulkv.SessionConfig{
+		Name: "sharelimit demand " + d.v.service + " " + node, TTL: demandSessionTTL, Logger: d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("demand sharing for service %s: %w", d.v.service, err)
+	}
+	leader, err := consulkv.NewLeader(d.client, consulkv.LeaderConfig{
+		Keys: keys, Node: node, Interval: d.set.interval / demandLeaderDivisor,
+		Every:    func() time.Duration { return d.stretched() / demandLeaderDivisor },
+		MaxValue: demand.MaxSize, Steal: d.steal, Logger: d.log,
+	}, session, d.divide)
+	if err != nil {
+		return fmt.Errorf("demand sharing for service %s: %w", d.v.service, err)
+	}
+	watch, err := consulkv.NewWatcher(d.client, consulkv.WatcherConfig{
+		Keys: keys, Rate: d.set.queryRate, MaxValue: demand.MaxSize, Logger: d.log,
+	}, d.onParams)
+	if err != nil {
+		return fmt.Errorf("demand sharing for service %s: %w", d.v.service, err)
+	}
+	d.mu.Lock()
+	d.set.node = node
+	d.session, d.leader, d.watch = session, leader, watch
+	d.pub = consulkv.NewPublisher(d.client, keys, node, session)
+	d.started = true
+	d.mu.Unlock()
+	g.Go(func() error { return session.Run(ctx) })
+	g.Go(func() error { return leader.Run(ctx) })
+	g.Go(func() error { return watch.Run(ctx) })
+	d.log.Info("demand sharing started", "service", d.v.service, "prefix", d.set.prefix, "node", node)
+	return nil
+}
+
+// passing reports whether node has a passing instance in the last answer
+// from Consul; true while that is not known.
+func (d *demander) passing(node string) bool {
+	nodes := d.v.consul.PassingNodes()
+	if nodes == nil {
+		return true
+	}
+	_, found := slices.BinarySearch(nodes, node)
+	return found
+}
+
+// steal is the leader's Steal: a holder whose node has no passing instance
+// and whose parameters have not come for three of its rounds is gone (killed,
+// and deregistered or failing its check); its session is ended rather than
+// left to expire, which takes Consul up to twice the TTL.
+func (d *demander) steal(holder string) bool {
+	if d.passing(holder) {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	quiet := 3 * d.stretched() / demandLeaderDivisor
+	return d.wall().Sub(d.gotAt) > max(quiet, time.Second)
+}
+
+// tick reads the meters, writes a report when one is due and re-divides.
+func (d *demander) tick(ctx context.Context, rules []descriptors.DemandBinding) {
+	now := d.wall()
+	d.mu.Lock()
+	for _, b := range rules {
+		r := d.rates[b.State.Identity()]
+		if r == nil {
+			r = &demand.Rates{}
+			d.rates[b.State.Identity()] = r
+		}
+		off, adm := b.State.Counts()
+		r.Update(off, adm, now, d.set.interval/demandTauDivisor)
+	}
+	var report *demand.Report
+	if d.started {
+		if _, gen := d.session.ID(); gen != d.sessGen {
+			// A new session: the old one's report is gone with it.
+			d.sessGen = gen
+			d.hist.Reset()
+			d.last = nil
+		}
+		report = d.due(rules, now)
+	}
+	d.mu.Unlock()
+	if report != nil {
+		d.write(ctx, report, now)
+	}
+	d.apply(rules, now)
+}
+
+// due returns the report to write now, or nil. Called with mu held.
+func (d *demander) due(rules []descriptors.DemandBinding, now time.Time) *demand.Report {
+	if len(rules) == 0 {
+		return nil
+	}
+	every := d.stretched()
+	since := now.Sub(d.lastAt)
+	if d.last != nil && since < every {
+		return nil
+	}
+	mv := d.v.cur.Load()
+	r := &demand.Report{Seq: d.seq + 1, At: now.UnixNano(), Units: uint32(max(mv.LocalWeight, 1)), Node: d.set.node}
+	for _, b := range rules {
+		rt := d.rates[b.State.Identity()]
+		r.Rules = append(r.Rules, demand.RuleDemand{ID: demand.RuleIDOf(b.State.Identity()), Offered: rt.Offered, Admitted: rt.Admitted})
+	}
+	slices.SortFunc(r.Rules, func(a, b demand.RuleDemand) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	r.Rules = slices.CompactFunc(r.Rules, func(a, b demand.RuleDemand) bool { return a.ID == b.ID })
+	if d.last == nil || since >= demandHeartbeats*every || d.last.Units != r.Units || len(d.last.Rules) != len(r.Rules) {
+		return r
+	}
+	for i, rd := range r.Rules {
+		old := d.last.Rules[i]
+		if old.ID != rd.ID || demand.Moved(old.Offered, rd.Offered, demandThreshold, 1) {
+			return r
+		}
+	}
+	return nil
+}
+
+// write publishes r and records it as decoded.
+func (d *demander) write(ctx context.Context, r *demand.Report, now time.Time) {
+	b, err := demand.AppendReport(nil, r)
+	if err != nil {
+		d.log.Error("demand report not encodable", "service", d.v.service, "err", err)
+		return
+	}
+	decoded, err := demand.DecodeReport(b)
+	if err != nil {
+		d.log.Error("demand report does not decode", "service", d.v.service, "err", err)
+		return
+	}
+	d.mu.Lock()
+	pub := d.pub
+	d.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, demandWriteTimeout)
+	index, err := pub.Publish(wctx, b)
+	cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case errors.Is(err, consulkv.ErrNoSession):
+		// Nothing was written; try again next tick.
+	case errors.Is(err, consulkv.ErrRefused):
+		// Nothing was written (a previous process's session may still
+		// hold the key); try again in an interval.
+		d.failures++
+		d.lastAt = now
+		d.log.Warn("demand report refused", "service", d.v.service, "err", err)
+	case err != nil:
+		d.failures++
+		d.hist.Failed(d.seen)
+		d.lastAt = now // back off for one interval
+		d.log.Warn("demand report not written", "service", d.v.service, "err", err)
+	default:
+		d.writes++
+		d.seq = r.Seq
+		d.hist.Add(index, decoded)
+		d.last, d.lastAt = &decoded, now
+	}
+}
+
+// onParams is the watch's delivery: the leader's parameters, or nil when
+// the key is gone.
+func (d *demander) onParams(value []byte, index uint64) {
+	d.mu.Lock()
+	d.seen = max(d.seen, index)
+	d.mu.Unlock()
+	if value == nil {
+		return // the last parameters stand until they go stale
+	}
+	p, err := demand.DecodeParams(value)
+	d.mu.Lock()
+	if err != nil {
+		d.badParam++
+		d.mu.Unlock()
+		d.log.Warn("demand parameters ignored", "service", d.v.service, "err", err)
+		return
+	}
+	d.params, d.gotAt = &p, d.wall()
+	d.mu.Unlock()
+	d.apply(d.rules(), d.wall())
+}
+
+// staleAfter is how old parameters may be before equal shares return.
+func (d *demander) staleAfter() time.Duration {
+	return max(10*time.Second, 10*d.stretched())
+}
+
+// growDelay is how long a grown share waits: one query interval of the
+// params watch and some slack, by when every replica has the parameters
+// that shrink the others.
+func (d *demander) growDelay() time.Duration {
+	return time.Duration(float64(time.Second)/d.set.queryRate) + demandGrowSlack
+}
+
+// target is this replica's weight for one demand rule: its demand share
+// under the current parameters, or its equal share without usable ones.
+// Called with mu held.
+func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
+	equal := d.engine.GroupWeight(b.State.DomainGroup()).W
+	lim := b.Rule.Limit()
+	p := d.params
+	if p == nil || lim == nil || now.Sub(time.Unix(0, p.At)) > d.staleAfter() {
+		return equal
+	}
+	rp := p.Find(demand.RuleIDOf(b.State.Identity()))
+	limit := lim.Params().Rate
+	if rp == nil || !(limit > 0) || rp.Limit < limit*(1-1e-6) || rp.Limit > limit*(1+1e-6) {
+		return equal // the leader divides another limit: its config differs
+	}
+	mv := d.v.cur.Load()
+	view := uint32(max(mv.TotalWeight, 1))
+	rep, standing := d.hist.Reported(p)
+	units, offered, absent := uint32(max(mv.LocalWeight, 1)), 0.0, false
+	switch standing {
+	case demand.Counted:
+		units = rep.Units
+		if rd := rep.Find(rp.ID); rd != nil {
+			offered = rd.Offered
+		} else {
+			absent = true
+		}
+	case demand.Absent:
+		absent = true
+	case demand.Unknown:
+		// The smallest share a present replica gets: demand 0.
+	}
+	share, ok := demand.Share(p.Rule(rp), units, offered, absent, view)
+	if !ok {
+		return equal
+	}
+	w := min(1, max(share/limit, 1e-9))
+	if d.session != nil && now.Sub(d.session.Renewed()) > demandSessionTTL-demandSessionMargin {
+		// The session may expire soon, its report with it, and the
+		// leader then counts this replica at its equal share: take no
+		// more than that before it can happen.
+		w = min(w, equal)
+	}
+	return w
+}
+
+// apply sets each demand rule's weight: a smaller one at once, a larger one
+// once it has waited growDelay.
+func (d *demander) apply(rules []descriptors.DemandBinding, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	mono := d.v.clock()
+	for _, b := range rules {
+		g := b.State.Group()
+		want := d.target(b, now)
+		d.shares[b.State.Identity()] = want
+		cur := d.engine.GroupWeight(g).W
+		switch {
+		case want <= cur:
+			delete(d.grows, g)
+			d.engine.SetGroupWeight(g, want, mono)
+		default:
+			pg, ok := d.grows[g]
+			if !ok {
+				pg = grow{at: now.Add(d.growDelay())}
+			}
+			pg.w = want
+			if !now.Before(pg.at) {
+				delete(d.grows, g)
+				d.engine.SetGroupWeight(g, want, mono)
+				continue
+			}
+			d.grows[g] = pg
+		}
+	}
+}
+
+// divide is the leader's division of one snapshot of the reports.
+func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
+	now := d.wall()
+	mv := d.v.cur.Load()
+	type entry struct {
+		rep   demand.Report
+		fresh bool
+	}
+	var reps []entry
+	for _, kv := range snap.Reports {
+		if !d.passing(kv.Node) {
+			// Its node has left the service (deregistered, or failing its
+			// check): it is not one of the replicas the view divides among.
+			continue
+		}
+		r, err := demand.DecodeReport(kv.Value)
+		if err != nil {
+			d.mu.Lock()
+			d.badRep++
+			d.mu.Unlock()
+			continue // counted, and its replica counts at its equal share
+		}
+		// A report stands until its session ends (it is then deleted)
+		// or its node leaves the service. Judging it stale sooner would
+		// hand its share to the others while the replica, cut off from
+		// Consul, still enforces it; the replica itself falls back to at
+		// most its equal share before its session can expire (target).
+		reps = append(reps, entry{r, r.Node == kv.Node})
+	}
+	h, f := demand.DefaultHeadroom, demand.DefaultFloor
+	p := demand.Params{At: now.UnixNano(), Snapshot: snap.Index, Headroom: h, Floor: f, Leader: d.set.node}
+	view := uint32(max(mv.TotalWeight, 1))
+	for _, b := range d.rules() {
+		lim := b.Rule.Limit()
+		if lim == nil {
+			continue
+		}
+		id := demand.RuleIDOf(b.State.Identity())
+		wants := make([]demand.Want, 0, len(reps))
+		var admitted float64
+		for _, e := range reps {
+			w := demand.Want{Units: e.rep.Units, Absent: !e.fresh}
+			if rd := e.rep.Find(id); rd != nil && e.fresh {
+				w.Offered = rd.Offered
+				admitted += rd.Admitted
+			} else {
+				w.Absent = true
+			}
+			wants = append(wants, w)
+		}
+		rule := demand.Divide(lim.Params().Rate, view, wants, h, f)
+		if rule.Units == 0 {
+			continue
+		}
+		p.Units = rule.Units
+		p.Rules = append(p.Rules, demand.RuleParams{ID: id, Limit: rule.Limit, K: rule.K, R: rule.R, Admitted: admitted})
+	}
+	slices.SortFunc(p.Rules, func(a, b demand.RuleParams) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	p.Rules = slices.CompactFunc(p.Rules, func(a, b demand.RuleParams) bool { return a.ID == b.ID })
+	return demand.AppendParams(nil, &p)
+}
+
+var (
+	admittedRatioDesc = prometheus.NewDesc("sharelimit_cluster_admitted_ratio",
+		"Per demand-shared rule: the cluster's admitted rate, as the replicas last reported it, divided by the rule's limit.",
+		[]string{"service", "rule"}, nil)
+	demandShareDesc = prometheus.NewDesc("sharelimit_demand_share",
+		"Per demand-shared rule: this replica's share of the limit in force (its group's weight).",
+		[]string{"service", "rule"}, nil)
+	demandOfferedDesc = prometheus.NewDesc("sharelimit_demand_offered_per_second",
+		"Per demand-shared rule: this replica's smoothed offered demand, in tokens per second.",
+		[]string{"service", "rule"}, nil)
+)
+
+// demandRules is the collector of every view's demand-rule series: one
+// collector, since their series share names across services.
+type demandRules struct{ views views }
+
+// Describe is the prometheus.Collector's.
+func (demandRules) Describe(ch chan<- *prometheus.Desc) {
+	ch <- admittedRatioDesc
+	ch <- demandShareDesc
+	ch <- demandOfferedDesc
+}
+
+// Collect reports each demand rule's figures.
+func (c demandRules) Collect(ch chan<- prometheus.Metric) {
+	for _, v := range c.views {
+		if v.demand != nil {
+			v.demand.collect(ch)
+		}
+	}
+}
+
+// collect reports this service's demand rules' figures.
+func (d *demander) collect(ch chan<- prometheus.Metric) {
+	rules := d.rules()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range rules {
+		path := b.Rule.Path()
+		ch <- prometheus.MustNewConstMetric(demandShareDesc, prometheus.GaugeValue, d.engine.GroupWeight(b.State.Group()).W, d.v.service, path)
+		if r := d.rates[b.State.Identity()]; r != nil {
+			ch <- prometheus.MustNewConstMetric(demandOfferedDesc, prometheus.GaugeValue, r.Offered, d.v.service, path)
+		}
+		if d.params == nil || b.Rule.Limit() == nil {
+			continue
+		}
+		if rp := d.params.Find(demand.RuleIDOf(b.State.Identity())); rp != nil && rp.Limit > 0 {
+			ch <- prometheus.MustNewConstMetric(admittedRatioDesc, prometheus.GaugeValue, rp.Admitted/rp.Limit, d.v.service, path)
+		}
+	}
+}
+
+// register adds the demand series of this service.
+func (d *demander) register(reg prometheus.Registerer) {
+	labels := prometheus.Labels{"service": d.v.service}
+	counter := func(name, help string, f func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return float64(f())
+		})
+	}
+	reg.MustRegister(
+		counter("sharelimit_demand_writes_total", "Demand reports this replica wrote to Consul.", func() uint64 { return d.writes }),
+		counter("sharelimit_demand_write_errors_total", "Demand report writes that failed.", func() uint64 { return d.failures }),
+		counter("sharelimit_demand_bad_params_total", "Leader parameters ignored as undecodable.", func() uint64 { return d.badParam }),
+		counter("sharelimit_demand_bad_reports_total", "Reports this replica, as leader, ignored as undecodable.", func() uint64 { return d.badRep }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_demand_leader", ConstLabels: labels,
+			Help: "1 while this replica is the service's demand leader."}, func() float64 {
+			d.mu.Lock()
+			l := d.leader
+			d.mu.Unlock()
+			if l != nil && l.IsLeader() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_demand_params_age_seconds", ConstLabels: labels,
+			Help: "Age of the leader's parameters in force, by the leader's clock; 0 when there are none."}, func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.params == nil {
+				return 0
+			}
+			return d.wall().Sub(time.Unix(0, d.params.At)).Seconds()
+		}),
+	)
+}

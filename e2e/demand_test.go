@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// The demand-sharing scenarios: four replicas share L by demand
+// (--share-mode demand: the global limit, a rule with one bucket, is shared by
+// demand), with the load skewed to one of them.
+
+const (
+	// demandLimit is L for the demand scenarios, per second.
+	demandLimit = 400
+	// demandInterval is --demand-interval.
+	demandInterval = time.Second
+	// converge is how long shares may take to follow a change of demand:
+	// a report (one interval), a division (one interval) and the watch.
+	converge = 3 * time.Second
+	// demandFloor is the aggregate the demand scenarios require once
+	// converged, as a fraction of L.
+	demandFloor = 0.95
+)
+
+// demandCluster starts k daemons sharing by demand, every node registered.
+func demandCluster(t *testing.T, k int) *cluster {
+	t.Helper()
+	c := newCluster(t, k, configParams{Limit: demandLimit, Quota: 40})
+	c.args = []string{"--share-mode", "demand", "--demand-interval", demandInterval.String()}
+	for i := range k {
+		c.register(i)
+	}
+	c.startAll(k)
+	return c
+}
+
+// skewed is the load's spread with 80% on slot hot of k.
+func skewed(k, hot int) []float64 {
+	w := make([]float64, k)
+	for i := range w {
+		w[i] = 0.2 / float64(k-1)
+	}
+	w[hot] = 0.8
+	return w
+}
+
+// demandSeries is a demand series of the cluster's service for the global
+// limit's rule.
+func demandSeries(name string) string {
+	return fmt.Sprintf(`%s{rule=%q,service=%q}`, name, clusterRule, service)
+}
+
+// TestDemandSkew: 80% of 2L goes to node1, then moves to node2. With equal
+// shares the cluster would admit about 65% of L (node1 capped at L/4, the
+// others under-using theirs); shared by demand, once converged it admits at
+// least 95%, and no one-second window admits more than L + 5%. The moves of
+// the hot spot are measured, and so are the Consul writes: at most one per
+// replica per interval.
+func TestDemandSkew(t *testing.T) {
+	const k = 4
+	const phase = 9 * time.Second
+	c := demandCluster(t, k)
+	l := startLoad(t, c, loadOpts{rate: 2 * demandLimit, max: 2 * phase, weights: skewed(k, 0)})
+	l.sleepUntil(phase)
+	l.setWeights(skewed(k, 1)...)
+	l.wait()
+	l.checkClean(t)
+	end := l.lastAnswered()
+
+	tb := newTable(fmt.Sprintf("demand skew: K=4, L=%d/s, offered 2L, 80%% to node1 then (at %v) to node2", demandLimit, phase),
+		"phase", "window", "node1/s", "node2/s", "node3/s", "node4/s", "cluster/s", "of L")
+	type span struct {
+		name     string
+		from, to time.Duration
+		check    bool
+	}
+	spans := []span{
+		{"hot node1, converged", converge, phase, true},
+		{"hot node2, converging", phase, phase + converge, false},
+		{"hot node2, converged", phase + converge, end, true},
+	}
+	for _, s := range spans {
+		w := l.stable(t, s.from, s.to)
+		rate := l.admitted(w)
+		tb.add(s.name, w.String(), l.admitted(w, 0), l.admitted(w, 1), l.admitted(w, 2), l.admitted(w, 3), rate, fmt.Sprintf("%.1f%%", 100*rate/demandLimit))
+		if s.check && rate < demandFloor*demandLimit {
+			t.Errorf("%s: the cluster admitted %.1f/s in %v, %.1f%% of L; want at least %.0f%%", s.name, rate, w, 100*rate/demandLimit, 100*demandFloor)
+		}
+	}
+	tb.log(t)
+	worst, ww := l.worstWindow(t, 1500*time.Millisecond, end)
+	t.Logf("worst one-second window: %.1f/s in %v (%s of L)", worst, ww, dev(worst, demandLimit))
+	if worst > demandLimit*(1+tolerance) {
+		t.Errorf("a one-second window admitted %.1f/s in %v, above L=%d/s + %.0f%%", worst, ww, demandLimit, 100*tolerance)
+	}
+	// The moment the hot spot moved: how long until the cluster was back
+	// at 95%, by one-second windows ending at each bin.
+	back := time.Duration(-1)
+	for at := phase + time.Second; at <= end; at += binWidth {
+		if l.admitted(window{at - time.Second, at}) >= demandFloor*demandLimit {
+			back = at - phase
+			break
+		}
+	}
+	t.Logf("after the hot spot moved, the cluster was back at %.0f%% of L (one-second windows) after %v", 100*demandFloor, back)
+	if back < 0 || back > converge+time.Second {
+		t.Errorf("after the move the cluster took %v to be back at %.0f%% of L, want at most %v", back, 100*demandFloor, converge+time.Second)
+	}
+
+	// Writes: each replica writes at most once per interval (a report on
+	// start, then at most one per interval), and the leader's ratio is there.
+	var writes float64
+	leaders := 0
+	for _, d := range c.daemons {
+		m := c.metrics(d)
+		n := m[fmt.Sprintf(`sharelimit_demand_writes_total{service=%q}`, service)]
+		writes += n
+		leaders += int(m[fmt.Sprintf(`sharelimit_demand_leader{service=%q}`, service)])
+		bound := math.Ceil(end.Seconds()/demandInterval.Seconds()) + 2
+		t.Logf("%s: %.0f demand writes in %.1fs (bound %.0f); share %.3f, offered %.1f/s, cluster admitted ratio %.3f", d.node, n, end.Seconds(), bound,
+			m[demandSeries("sharelimit_demand_share")], m[demandSeries("sharelimit_demand_offered_per_second")], m[demandSeries("sharelimit_cluster_admitted_ratio")])
+		if n < 1 || n > bound {
+			t.Errorf("%s wrote %.0f demand reports in %.1fs, want between 1 and %.0f", d.node, n, end.Seconds(), bound)
+		}
+		if _, ok := m[demandSeries("sharelimit_cluster_admitted_ratio")]; !ok {
+			t.Errorf("%s exports no sharelimit_cluster_admitted_ratio for %s", d.node, clusterRule)
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d replicas say they lead the service's division, want 1", leaders)
+	}
+	t.Logf("Consul writes: %.0f in %.1fs from %d replicas: %.2f per replica per second", writes, end.Seconds(), k, writes/end.Seconds()/k)
+}
+
+// TestDemandConsulOutage: with shares converged on a skewed load, the Consul
+// agent stops. The daemons answer every request (no errors) with their last
+// shares, so at first the cluster keeps admitting what it did, and never more
+// than L + 5%. A replica whose session has gone unrenewed for the TTL less
+// two seconds (10 - 2 s; renewals come every 5 s, so at least 3 s into the
+// outage) takes at most its equal share from then on: its session, and its
+// report, may expire, and a leader still in touch with Consul would then
+// give its share to the others. So later in a long outage the cluster admits
+// less, down to what equal shares admit: tighter, never looser.
+func TestDemandConsulOutage(t *testing.T) {
+	const k = 4
+	const safe = 3 * time.Second // no fallback can start sooner
+	c := demandCluster(t, k)
+	l := startLoad(t, c, loadOpts{rate: 2 * demandLimit, max: 16 * time.Second, weights: skewed(k, 0)})
+	l.sleepUntil(6 * time.Second)
+	t1 := l.elapsed()
+	c.consul.Stop()
+	l.wait()
+	l.checkClean(t)
+	end := l.lastAnswered()
+	before := l.stable(t, converge, t1)
+	first := l.stable(t, t1, t1+safe)
+	later := l.stable(t, t1+safe, end)
+	rb, rf, rl := l.admitted(before), l.admitted(first), l.admitted(later)
+	worst, ww := l.worstWindow(t, t1, end)
+	tb := newTable(fmt.Sprintf("demand shares through a Consul outage: K=4, L=%d/s, offered 2L, 80%% to node1, agent stopped at %.1fs", demandLimit, t1.Seconds()),
+		"window", "node1/s", "node2/s", "node3/s", "node4/s", "cluster/s", "of L")
+	for _, w := range []window{before, first, later} {
+		r := l.admitted(w)
+		tb.add(w.String(), l.admitted(w, 0), l.admitted(w, 1), l.admitted(w, 2), l.admitted(w, 3), r, fmt.Sprintf("%.1f%%", 100*r/demandLimit))
+	}
+	tb.log(t)
+	t.Logf("worst one-second window in the outage: %.1f/s in %v", worst, ww)
+	if worst > demandLimit*(1+tolerance) {
+		t.Errorf("during the outage a one-second window admitted %.1f/s, above L + %.0f%%", worst, 100*tolerance)
+	}
+	if rf < demandFloor*demandLimit {
+		t.Errorf("in the first %v of the outage the cluster admitted %.1f/s (%.1f%% of L; %.1f/s before): the last shares should stand", safe, rf, 100*rf/demandLimit, rb)
+	}
+	if rl > rf*(1+tolerance) {
+		t.Errorf("later in the outage the cluster admitted %.1f/s, more than the %.1f/s of its first seconds", rl, rf)
+	}
+}
+
+// leader returns the index of the daemon that leads the division, or -1.
+func (c *cluster) leader() int {
+	c.t.Helper()
+	for i, d := range c.daemons {
+		if d == nil || d.exited() {
+			continue
+		}
+		if c.metrics(d)[fmt.Sprintf(`sharelimit_demand_leader{service=%q}`, service)] == 1 {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestDemandReplicaDeath: the leader's daemon dies and its node is
+// deregistered; its traffic moves to the other three, the hot one among them.
+// Another replica takes the lead within the session TTL (10 s) + 3 s, the
+// shares follow the new demand, and no one-second window admits more than
+// L + 5% on the way.
+func TestDemandReplicaDeath(t *testing.T) {
+	const k = 4
+	c := demandCluster(t, k)
+	// Wait for a leader, then make a survivor the hot one.
+	var lead int
+	deadline := time.Now().Add(10 * time.Second)
+	for lead = c.leader(); lead < 0; lead = c.leader() {
+		if time.Now().After(deadline) {
+			t.Fatal("no replica leads the division 10 s after start")
+		}
+		time.Sleep(pollSlowly)
+	}
+	hot := (lead + 1) % k
+	l := startLoad(t, c, loadOpts{rate: 2 * demandLimit, max: 26 * time.Second, weights: skewed(k, hot)})
+	l.sleepUntil(6 * time.Second)
+	t1 := l.elapsed()
+	w := skewed(k, hot)
+	w[lead] = 0
+	l.setWeights(w...)
+	c.daemons[lead].kill()
+	c.deregister(lead)
+	died := time.Now()
+	var next int
+	for next = c.leader(); next < 0; next = c.leader() {
+		if time.Since(died) > 20*time.Second {
+			t.Fatalf("no replica took the lead within 20 s of the leader's death")
+		}
+		time.Sleep(pollSlowly)
+	}
+	takeover := time.Since(died)
+	l.wait()
+	end := l.lastAnswered()
+	t.Logf("leader %s died at %v; %s took over after %v", c.daemons[lead].node, t1, c.daemons[next].node, takeover)
+	if takeover > 13*time.Second {
+		t.Errorf("the lead passed on after %v, want within the session TTL (10 s) + 3 s", takeover)
+	}
+	worst, ww := l.worstWindow(t, 1500*time.Millisecond, end)
+	t.Logf("worst one-second window: %.1f/s in %v", worst, ww)
+	if worst > demandLimit*(1+tolerance) {
+		t.Errorf("a one-second window admitted %.1f/s in %v, above L + %.0f%%", worst, ww, 100*tolerance)
+	}
+	settled := l.stable(t, t1+takeover+converge, end)
+	if r := l.admitted(settled); r < demandFloor*demandLimit {
+		t.Errorf("after the takeover the three survivors admitted %.1f/s in %v, %.1f%% of L; want at least %.0f%%", r, settled, 100*r/demandLimit, 100*demandFloor)
+	} else {
+		t.Logf("after the takeover the three survivors admitted %.1f/s in %v (%.1f%% of L)", r, settled, 100*r/demandLimit)
+	}
+}
