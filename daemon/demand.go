@@ -16,6 +16,7 @@ import (
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/server"
 )
 
 // Demand sharing's timing, beyond the flags.
@@ -567,6 +568,38 @@ func (d *demander) collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(admittedRatioDesc, prometheus.GaugeValue, rp.Admitted/rp.Limit, d.v.service, path)
 		}
 	}
+}
+
+// status is the service's demand sharing for the admin pages; nil while it
+// has no demand-shared rule.
+func (d *demander) status() *server.DemandStatus {
+	rules := d.rules()
+	if len(rules) == 0 {
+		return nil
+	}
+	now := d.wall()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := &server.DemandStatus{Leading: d.leader != nil && d.leader.IsLeader(), Writes: d.writes, Errors: d.failures}
+	if p := d.params; p != nil {
+		st.Leader = p.Leader
+		st.ParamsAgeSeconds = now.Sub(time.Unix(0, p.At)).Seconds()
+		st.Stale = now.Sub(time.Unix(0, p.At)) > d.staleAfter()
+	}
+	for _, b := range rules {
+		r := server.DemandRule{Rule: b.Rule.Path(), Share: d.engine.GroupWeight(b.State.Group()).W,
+			Equal: d.engine.GroupWeight(b.State.DomainGroup()).W}
+		if rt := d.rates[b.State.Identity()]; rt != nil {
+			r.Offered, r.Admitted = rt.Offered, rt.Admitted
+		}
+		if d.params != nil {
+			if rp := d.params.Find(demand.RuleIDOf(b.State.Identity())); rp != nil && rp.Limit > 0 {
+				r.ClusterAdmittedRatio = rp.Admitted / rp.Limit
+			}
+		}
+		st.Rules = append(st.Rules, r)
+	}
+	return st
 }
 
 // register adds the demand series of this service.

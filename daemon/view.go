@@ -65,6 +65,9 @@ func (v *view) admin() server.View {
 			out.Pending = &server.Pending{Total: p.Total, Local: p.Local, Weight: p.Weight, At: at, InSecs: max(0, time.Until(at).Seconds())}
 		}
 	}
+	if v.demand != nil {
+		out.Demand = v.demand.status()
+	}
 	return out
 }
 

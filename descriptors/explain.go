@@ -102,6 +102,9 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 		fmt.Fprintf(out, "  share: replica: not divided by the weight; every replica enforces the whole limit on its own\n")
 		w = 1
 	}
+	if l.share == ShareDemand {
+		fmt.Fprintf(out, "  share: demand: divided by the replicas' demand; the share below is the equal share, which applies until the service's leader publishes a division (explain --admin shows the share in force)\n")
+	}
 	if l.params.Blocked() {
 		fmt.Fprintf(out, "  local share: 0: requests_per_unit 0 blocks every request on every replica\n")
 	} else {

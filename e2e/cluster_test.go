@@ -354,6 +354,17 @@ type rlconfig struct {
 		AgeSeconds float64   `json:"age_seconds"`
 		LastError  string    `json:"last_error"`
 		Errors     uint64    `json:"errors"`
+		Demand     *struct {
+			Leading bool   `json:"leading"`
+			Leader  string `json:"leader"`
+			Rules   []struct {
+				Rule    string  `json:"rule"`
+				Offered float64 `json:"offered_per_second"`
+				Share   float64 `json:"share"`
+				Equal   float64 `json:"equal_share"`
+				Ratio   float64 `json:"cluster_admitted_ratio"`
+			} `json:"rules"`
+		} `json:"demand"`
 	} `json:"membership"`
 	Reload struct {
 		Generation int    `json:"generation"`

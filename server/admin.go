@@ -43,6 +43,34 @@ type View struct {
 	// Pending is a change held back by --membership-hold: a view that grows
 	// this replica's share applies only once it has held. nil when none.
 	Pending *Pending `json:"pending,omitempty"`
+	// Demand is the service's demand sharing, once it has demand-shared
+	// rules; nil otherwise.
+	Demand *DemandStatus `json:"demand,omitempty"`
+}
+
+// DemandStatus is one service's demand sharing as this replica sees it.
+type DemandStatus struct {
+	Leading bool `json:"leading"` // this replica divides
+	// Leader is the node whose parameters are in force; "" without any.
+	Leader           string  `json:"leader,omitempty"`
+	ParamsAgeSeconds float64 `json:"params_age_seconds"`
+	// Stale: the parameters are too old to use; equal shares apply.
+	Stale  bool         `json:"stale"`
+	Writes uint64       `json:"writes"`
+	Errors uint64       `json:"write_errors"`
+	Rules  []DemandRule `json:"rules"`
+}
+
+// DemandRule is one demand-shared rule on this replica.
+type DemandRule struct {
+	Rule     string  `json:"rule"`
+	Offered  float64 `json:"offered_per_second"`  // smoothed, this replica
+	Admitted float64 `json:"admitted_per_second"` // smoothed, this replica
+	Share    float64 `json:"share"`               // the weight in force
+	Equal    float64 `json:"equal_share"`         // the membership weight
+	// ClusterAdmittedRatio is the cluster's admitted rate ÷ L from the
+	// reports the parameters in force were divided from; 0 without them.
+	ClusterAdmittedRatio float64 `json:"cluster_admitted_ratio"`
 }
 
 // Pending is a held membership change, and when it takes effect if nothing
@@ -324,6 +352,14 @@ func writeView(w io.Writer, label string, v View) {
 	}
 	if v.LastError != "" {
 		fmt.Fprintf(w, " last_error=%q", v.LastError)
+	}
+	if d := v.Demand; d != nil {
+		fmt.Fprintf(w, "\n  demand: leading=%t leader=%q params_age=%.1fs stale=%t writes=%d write_errors=%d",
+			d.Leading, d.Leader, d.ParamsAgeSeconds, d.Stale, d.Writes, d.Errors)
+		for _, r := range d.Rules {
+			fmt.Fprintf(w, "\n  demand %s: offered=%.4g/s admitted=%.4g/s share=%s equal=%s cluster_admitted_ratio=%.3f",
+				r.Rule, r.Offered, r.Admitted, trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
+		}
 	}
 }
 

@@ -59,7 +59,12 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 <tr><th>view confirmed</th><td>{{time $v.ObservedAt}} ({{printf "%.1f" $v.AgeSeconds}} s ago)</td></tr>
 <tr><th>last error</th><td{{if $v.LastError}} class="bad"{{end}}>{{or $v.LastError "none"}} ({{$v.Errors}} errors since start)</td></tr>
 </table>
-{{end}}<h2>Config</h2>
+{{with $v.Demand}}<p>Shares by demand: {{if .Leading}}this replica divides{{else if .Leader}}divided by {{.Leader}}{{else}}no division yet{{end}}{{if .Leader}}, parameters {{printf "%.1f" .ParamsAgeSeconds}} s old{{if .Stale}} (stale: equal shares){{end}}{{end}}; {{.Writes}} reports written, {{.Errors}} failed.</p>
+<table class="demand">
+<tr><th>rule</th><th>offered here</th><th>admitted here</th><th>share here</th><th>equal share</th><th>cluster admitted ÷ L</th></tr>
+{{range .Rules}}<tr><td>{{.Rule}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{num .Share}} ({{pct .Share}})</td><td class="num">{{num .Equal}}</td><td class="num">{{printf "%.3f" .ClusterAdmittedRatio}}</td></tr>
+{{end}}</table>
+{{end}}{{end}}<h2>Config</h2>
 <table id="config">
 <tr><th>source</th><td id="config-source">{{.Reload.Source.Kind}}: {{.Reload.Source.Location}}</td></tr>
 {{with .Reload.Source}}{{if eq .Kind "xds"}}<tr><th>xDS stream</th><td{{if not .Connected}} class="bad"{{end}}>{{if .Connected}}connected since {{time .ConnectedSince}}{{else}}disconnected{{if .LastError}}: {{.LastError}}{{end}}{{end}}</td></tr>

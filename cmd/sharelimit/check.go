@@ -35,18 +35,24 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, set.Dump())
 	}
 	if !*quiet {
-		limits, perReplica := 0, 0
+		limits, perReplica, byDemand := 0, 0, 0
 		for _, r := range set.Rules() {
 			if l := r.Limit(); l != nil {
 				limits++
-				if l.Share() == descriptors.ShareReplica {
+				switch l.Share() {
+				case descriptors.ShareReplica:
 					perReplica++
+				case descriptors.ShareDemand:
+					byDemand++
 				}
 			}
 		}
 		fmt.Fprintf(stdout, "ok: %d files, %d domains, %d descriptors, %d limits", len(set.Files()), len(set.Domains()), set.Len(), limits)
 		if perReplica > 0 {
 			fmt.Fprintf(stdout, " (%d with share: replica, enforced whole by every replica)", perReplica)
+		}
+		if byDemand > 0 {
+			fmt.Fprintf(stdout, " (%d with share: demand, divided by demand)", byDemand)
 		}
 		fmt.Fprintln(stdout)
 	}

@@ -51,6 +51,7 @@ func TestCLIGolden(t *testing.T) {
 			"path=/api/v1/x", "+", "path=/api/v2/admin/users"}, 0},
 		{"explain_empty_value", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "remote_address="}, 0},
 		{"check_share", []string{"check", "-v", "--replicas", "200", "../../descriptors/testdata/valid/share.yaml"}, 0},
+		{"explain_share_demand", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/share.yaml", "--domain", "backend", "--replicas", "4", "checkout=all"}, 0},
 		{"explain_share_replica", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/share.yaml", "--domain", "backend", "--replicas", "4", "backend_guard=db1"}, 0},
 		{"unknown_command", []string{"frobnicate"}, 2},
 	}

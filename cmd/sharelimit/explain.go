@@ -119,5 +119,11 @@ func describeView(v server.View) string {
 	if p := v.Pending; p != nil {
 		fmt.Fprintf(&b, "; held: weight %.4g takes effect in %.1f s if it holds", p.Weight, p.InSecs)
 	}
+	if d := v.Demand; d != nil {
+		for _, r := range d.Rules {
+			fmt.Fprintf(&b, "\ndemand-shared %s: share %.4g in force here (equal %.4g), offered here %.4g/s, cluster admitted %.1f%% of the limit",
+				r.Rule, r.Share, r.Equal, r.Offered, 100*r.ClusterAdmittedRatio)
+		}
+	}
 	return b.String()
 }
