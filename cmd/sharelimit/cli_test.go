@@ -37,6 +37,10 @@ func TestCLIGolden(t *testing.T) {
 	}{
 		{"check_ok", []string{"check", "../../examples/config"}, 0},
 		{"check_warnings", []string{"check", "--replicas", "40", "-q", "../../examples/config"}, 0},
+		{"simulate_hot", []string{"simulate", "--replicas", "4", "--duration", "12s"}, 0},
+		{"simulate_bad_events", []string{"simulate", "--events", "10s:0"}, 2},
+		{"simulate_bad_config", []string{"simulate", "--replicas", "0", "--shape", "square"}, 2},
+		{"check_warnings_demand", []string{"check", "--replicas", "1000", "-q", "../../descriptors/testdata/valid/share.yaml"}, 0},
 		{"check_errors", []string{"check", "../../descriptors/testdata/invalid/many_errors.yaml", "../../descriptors/testdata/invalid/bad_unit.yaml"}, 1},
 		{"check_usage", []string{"check"}, 2},
 		{"check_merge_refused", []string{"check", "../../descriptors/testdata/mergedomain/ok"}, 1},

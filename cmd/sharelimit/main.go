@@ -6,6 +6,7 @@
 //	sharelimit check [--replicas N] PATH...   validate descriptor YAML
 //	sharelimit explain ...         show how a request would be matched and limited
 //	sharelimit bench [flags]       the load generator
+//	sharelimit simulate [flags]    equal against demand shares, in process
 //	sharelimit healthcheck         probe a running daemon's /healthcheck
 //	sharelimit version
 //
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return healthcheck(ctx, args, os.Getenv, stdout, stderr)
 	case "bench":
 		return loadgen.Main(ctx, args, stdout, stderr)
+	case "simulate":
+		return simulateCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "sharelimit %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
@@ -70,6 +73,8 @@ const usage = `usage:
   sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W] key=value...
                                              show which rule a request matches and its share
   sharelimit bench [flags]                   Envoy-shaped load generator (see sharelimit bench -h)
+  sharelimit simulate [--replicas K] [--shape hot] [--svg out.svg]
+                                             K replicas in process: equal against demand shares
   sharelimit healthcheck [--http-addr ADDR]  exit 0 if the daemon's /healthcheck answers 200 (for
                                              container probes: the image has no shell or curl)
   sharelimit version
