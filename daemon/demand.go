@@ -89,7 +89,7 @@ type demander struct {
 	seq      uint64
 	writes   uint64
 	failures uint64
-	grows    map[int]grow // by group: a larger share waiting to apply
+	grows    map[int][]grow // by group: larger shares waiting to apply, by time
 	shares   map[string]float64
 	started  bool
 	sessGen  uint64
@@ -108,7 +108,7 @@ type grow struct {
 
 func newDemander(v *view, e *descriptors.Engine, client *api.Client, set demandSettings, log *slog.Logger) *demander {
 	return &demander{v: v, engine: e, client: client, set: set, log: log, wall: time.Now,
-		rates: map[string]*demand.Rates{}, grows: map[int]grow{}, shares: map[string]float64{}}
+		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{}}
 }
 
 // rules are the installed demand rules of this view's domains.
@@ -433,17 +433,33 @@ func (d *demander) apply(rules []descriptors.DemandBinding, now time.Time) {
 			delete(d.grows, g)
 			d.engine.SetGroupWeight(g, want, mono)
 		default:
-			pg, ok := d.grows[g]
-			if !ok {
-				pg = grow{at: now.Add(d.growDelay())}
+			// A grow waits growDelay from the parameters that asked for
+			// it. A bigger one, from newer parameters the others may not
+			// have yet, waits its own full delay, while the smaller one
+			// already waiting still applies at its time.
+			steps := d.grows[g]
+			if n := len(steps); n == 0 || want > steps[n-1].w {
+				steps = append(steps, grow{w: want, at: now.Add(d.growDelay())})
 			}
-			pg.w = want
-			if !now.Before(pg.at) {
+			// Grows asked for more than want now are capped at it.
+			apply := cur
+			keep := steps[:0]
+			for _, st := range steps {
+				st.w = min(st.w, want)
+				if !now.Before(st.at) {
+					apply = max(apply, st.w)
+					continue
+				}
+				keep = append(keep, st)
+			}
+			if apply > cur {
+				d.engine.SetGroupWeight(g, apply, mono)
+			}
+			if len(keep) == 0 {
 				delete(d.grows, g)
-				d.engine.SetGroupWeight(g, want, mono)
-				continue
+			} else {
+				d.grows[g] = keep
 			}
-			d.grows[g] = pg
 		}
 	}
 }

@@ -98,8 +98,7 @@ type replica struct {
 	name      string
 	tokens    float64
 	w         float64 // the share in force, a fraction of L
-	growW     float64
-	growAt    time.Duration // when growW applies; < 0: none pending
+	grows     []pendingGrow
 	offered   uint64        // the meter, in thousandths of a token
 	admitted  uint64
 	rates     demand.Rates
@@ -110,6 +109,12 @@ type replica struct {
 	seq       uint64
 	params    *demand.Params
 	admBin    float64
+}
+
+// pendingGrow is a larger share waiting until at.
+type pendingGrow struct {
+	w  float64
+	at time.Duration
 }
 
 // kvReport is a report in the simulated KV.
@@ -214,7 +219,7 @@ func Run(c Config) (*Result, error) {
 	add := func(n int, t time.Duration) {
 		for range n {
 			named++
-			r := &replica{name: fmt.Sprintf("node%d", named), growAt: -1}
+			r := &replica{name: fmt.Sprintf("node%d", named)}
 			reps = append(reps, r)
 		}
 		k := len(reps)
@@ -374,17 +379,27 @@ func Run(c Config) (*Result, error) {
 					}
 
 				}
-				switch {
-				case target <= r.w:
+				// As the daemon: a smaller share at once; a larger one
+				// after the grow delay from the parameters that asked for
+				// it, a still larger one after its own.
+				if target <= r.w {
 					setShare(r, target, burst)
-					r.growAt = -1
-				case r.growAt < 0:
-					r.growAt, r.growW = t+queryGap+growSlack, target
-				case t >= r.growAt:
-					setShare(r, target, burst)
-					r.growAt = -1
-				default:
-					r.growW = target
+					r.grows = r.grows[:0]
+				} else {
+					if n := len(r.grows); n == 0 || target > r.grows[n-1].w {
+						r.grows = append(r.grows, pendingGrow{w: target, at: t + queryGap + growSlack})
+					}
+					apply, keep := r.w, r.grows[:0]
+					for _, g := range r.grows {
+						g.w = min(g.w, target)
+						if t >= g.at {
+							apply = max(apply, g.w)
+							continue
+						}
+						keep = append(keep, g)
+					}
+					r.grows = keep
+					setShare(r, apply, burst)
 				}
 			}
 		}

@@ -15,20 +15,8 @@ import (
 // simulateCmd runs `sharelimit simulate`: K replicas in process, equal
 // shares and demand shares on the same traffic, side by side.
 func simulateCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs, c, events, svg := simulateFlags()
 	fs.SetOutput(stderr)
-	c := simulate.Config{}
-	fs.IntVar(&c.Replicas, "replicas", 4, "replicas at the start (K)")
-	fs.Float64Var(&c.Limit, "limit", 400, "the global limit L, per second")
-	fs.Float64Var(&c.Burst, "burst", 0, "the limit's burst B; 0 = L")
-	fs.Float64Var(&c.Offered, "offered", 800, "the offered load, per second, all replicas together")
-	fs.StringVar(&c.Shape, "shape", simulate.Hot, "traffic shape: "+strings.Join(simulate.Shapes, ", "))
-	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "length of the run, in virtual time")
-	fs.DurationVar(&c.Interval, "demand-interval", time.Second, "as the daemon's --demand-interval")
-	fs.Float64Var(&c.MaxWrites, "demand-max-writes", 100, "as the daemon's --demand-max-writes")
-	fs.DurationVar(&c.Hold, "membership-hold", 2*time.Second, "as the daemon's --membership-hold (equal shares' grows)")
-	events := fs.String("events", "", "membership events, AT:+N or AT:-N, comma-separated (20s:+2,40s:-1)")
-	svg := fs.String("svg", "", "also draw the run as an SVG chart to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,13 +29,13 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sharelimit simulate: --events: %v\n", err)
 		return 2
 	}
-	equal, err := simulate.Run(c)
+	equal, err := simulate.Run(*c)
 	if err != nil {
 		fmt.Fprintln(stderr, "sharelimit", err)
 		return 2
 	}
 	c.Demand = true
-	dem, err := simulate.Run(c)
+	dem, err := simulate.Run(*c)
 	if err != nil {
 		fmt.Fprintln(stderr, "sharelimit", err)
 		return 2
@@ -64,6 +52,25 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// simulateFlags is simulate's flag set, bound to a config and the two flags
+// that are not part of it.
+func simulateFlags() (fs *flag.FlagSet, c *simulate.Config, events, svg *string) {
+	fs = flag.NewFlagSet("simulate", flag.ContinueOnError)
+	c = &simulate.Config{}
+	fs.IntVar(&c.Replicas, "replicas", 4, "replicas at the start (K)")
+	fs.Float64Var(&c.Limit, "limit", 400, "the global limit L, per second")
+	fs.Float64Var(&c.Burst, "burst", 0, "the limit's burst B; 0 = L")
+	fs.Float64Var(&c.Offered, "offered", 800, "the offered load, per second, all replicas together")
+	fs.StringVar(&c.Shape, "shape", simulate.Hot, "traffic shape: "+strings.Join(simulate.Shapes, ", "))
+	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "length of the run, in virtual time")
+	fs.DurationVar(&c.Interval, "demand-interval", time.Second, "as the daemon's --demand-interval")
+	fs.Float64Var(&c.MaxWrites, "demand-max-writes", 100, "as the daemon's --demand-max-writes")
+	fs.DurationVar(&c.Hold, "membership-hold", 2*time.Second, "as the daemon's --membership-hold (equal shares' grows)")
+	events = fs.String("events", "", "membership events, AT:+N or AT:-N, comma-separated (20s:+2,40s:-1)")
+	svg = fs.String("svg", "", "also draw the run as an SVG chart to this file")
+	return fs, c, events, svg
 }
 
 // parseEvents reads AT:+N,AT:-N.

@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sharelimit/sharelimit/demand"
+	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/membership"
+)
+
+// demandRig is a demander over one share: demand rule of 400/s, four
+// replicas of weight 1, its clock in the test's hands; parameters are fed
+// as the watch would, no Consul involved.
+type demandRig struct {
+	t    *testing.T
+	e    *descriptors.Engine
+	d    *demander
+	rule descriptors.DemandBinding
+	now  time.Time
+	idx  uint64
+}
+
+func newDemandRig(t *testing.T) *demandRig {
+	t.Helper()
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(
+		"domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := descriptors.NewEngine(set, 0.25, bucket.NewStore(0))
+	v := &view{service: "web", group: descriptors.DefaultGroup, engine: e, clock: func() int64 { return 0 }}
+	mv := membership.View{Source: "consul", Node: "n1", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
+	v.cur.Store(&mv)
+	r := &demandRig{t: t, e: e, now: time.Unix(1_000_000, 0)}
+	r.d = newDemander(v, e, nil, demandSettings{prefix: "p/", interval: time.Second, maxWrites: 100, queryRate: 2, node: "n1"}, slog.New(slog.DiscardHandler))
+	r.d.wall = func() time.Time { return r.now }
+	v.demand = r.d
+	rules := r.d.rules()
+	if len(rules) != 1 {
+		t.Fatalf("demand rules %v", rules)
+	}
+	r.rule = rules[0]
+	return r
+}
+
+func (r *demandRig) weight() float64 { return r.e.GroupWeight(r.rule.State.Group()).W }
+
+// wrote records a report of this replica written now, at the next index.
+func (r *demandRig) wrote(offered float64) {
+	r.idx++
+	rep := demand.Report{Seq: r.idx, At: r.now.UnixNano(), Units: 1, Node: "n1",
+		Rules: []demand.RuleDemand{{ID: demand.RuleIDOf(r.rule.State.Identity()), Offered: offered}}}
+	b, _ := demand.AppendReport(nil, &rep)
+	dec, _ := demand.DecodeReport(b)
+	r.d.mu.Lock()
+	r.d.hist.Add(r.idx, dec)
+	r.d.mu.Unlock()
+}
+
+// params delivers parameters dividing 400 among four replicas wanting
+// offered (this replica first), at a snapshot holding every write so far.
+func (r *demandRig) params(offered ...float64) {
+	r.idx++
+	wants := make([]demand.Want, len(offered))
+	for i, o := range offered {
+		wants[i] = demand.Want{Units: 1, Offered: o}
+	}
+	rule := demand.Divide(400, 4, wants, demand.DefaultHeadroom, demand.DefaultFloor)
+	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: "n2",
+		Rules: []demand.RuleParams{{ID: demand.RuleIDOf(r.rule.State.Identity()), Limit: 400, K: rule.K, R: rule.R}}}
+	b, err := demand.AppendParams(nil, &p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.d.onParams(b, r.idx)
+}
+
+func (r *demandRig) tick(d time.Duration) {
+	r.now = r.now.Add(d)
+	r.d.apply(r.d.rules(), r.now)
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+// TestDemanderShrinksAtOnceGrowsLater: a smaller share applies when the
+// parameters come; a larger one only after the grow delay.
+func TestDemanderShrinksAtOnceGrowsLater(t *testing.T) {
+	r := newDemandRig(t)
+	if w := r.weight(); w != 0.25 {
+		t.Fatalf("start at %v, want the equal 0.25", w)
+	}
+	r.wrote(10) // cold: wants 10 of its 100
+	r.params(10, 1000, 10, 10)
+	cold := r.weight()
+	if cold >= 0.25 || !near(cold, 10*(1+demand.DefaultHeadroom)/400*(1-1e-9)) && cold > 0.03 {
+		t.Fatalf("a cold replica's share %v: want its demand plus headroom, at once", cold)
+	}
+	// Now it is hot and the others cold: its share grows, but not at once.
+	r.wrote(1000)
+	r.params(1000, 10, 10, 10)
+	if w := r.weight(); w != cold {
+		t.Fatalf("a grow applied at once: %v", w)
+	}
+	r.tick(r.d.growDelay() - time.Millisecond)
+	if w := r.weight(); w != cold {
+		t.Fatalf("a grow applied before its delay: %v", w)
+	}
+	r.tick(time.Millisecond)
+	if w := r.weight(); w < 0.9 {
+		t.Fatalf("after the delay the share is %v, want the hot share", w)
+	}
+}
+
+// TestDemanderBiggerGrowRestartsTheDelay: a grow held back, then parameters
+// that grow the share further: the further grow waits its own full delay,
+// since the others may not have those parameters yet.
+func TestDemanderBiggerGrowRestartsTheDelay(t *testing.T) {
+	r := newDemandRig(t)
+	r.wrote(10)
+	r.params(10, 1000, 10, 10)
+	cold := r.weight()
+	r.wrote(100)
+	r.params(100, 1000, 10, 10) // a grow to its 100 + headroom
+	first := r.d.growDelay()
+	r.tick(first - 10*time.Millisecond)
+	r.wrote(1000)
+	r.params(1000, 10, 10, 10) // a much bigger grow, just before the first is due
+	r.tick(10 * time.Millisecond)
+	if w := r.weight(); w > 0.27 {
+		t.Fatalf("the bigger grow applied %v after its parameters came (share %v, from %v)", 10*time.Millisecond, w, cold)
+	}
+	r.tick(first)
+	if w := r.weight(); w < 0.9 {
+		t.Fatalf("after its own delay the share is %v, want the hot share", w)
+	}
+}
+
+// TestDemanderFallsBack: stale parameters, a limit the leader does not
+// divide, and garbage all give the equal share, never more.
+func TestDemanderFallsBack(t *testing.T) {
+	r := newDemandRig(t)
+	r.wrote(1000)
+	r.params(1000, 10, 10, 10)
+	r.tick(r.d.growDelay())
+	if w := r.weight(); w < 0.9 {
+		t.Fatalf("hot share %v", w)
+	}
+	r.d.onParams([]byte("garbage"), r.idx+1)
+	r.tick(time.Millisecond)
+	if w := r.weight(); w < 0.9 {
+		t.Errorf("garbage replaced the parameters in force: %v", w)
+	}
+	if r.d.badParam != 1 {
+		t.Errorf("bad parameters counted %d", r.d.badParam)
+	}
+	r.tick(r.d.staleAfter() + time.Second)
+	if w := r.weight(); w != 0.25 {
+		t.Errorf("stale parameters: share %v, want the equal 0.25", w)
+	}
+	// A replica joins (the view counts 5): parameters divided among 4 are
+	// scaled down at once.
+	r.now = r.now.Add(time.Second)
+	r.wrote(1000)
+	r.params(1000, 10, 10, 10)
+	r.tick(r.d.growDelay())
+	hot := r.weight()
+	mv := *r.d.v.cur.Load()
+	mv.Total, mv.TotalWeight, mv.Weight = 5, 5, 0.2
+	r.d.v.publish(mv)
+	if w := r.weight(); !near(w, hot*4/5) && w > hot*4/5 {
+		t.Errorf("after a join the share is %v, want at most %v", w, hot*4/5)
+	}
+}
