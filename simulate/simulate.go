@@ -99,7 +99,7 @@ type replica struct {
 	tokens    float64
 	w         float64 // the share in force, a fraction of L
 	grows     []pendingGrow
-	offered   uint64        // the meter, in thousandths of a token
+	offered   uint64 // the meter, in thousandths of a token
 	admitted  uint64
 	rates     demand.Rates
 	hist      demand.History
