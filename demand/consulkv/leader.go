@@ -148,11 +148,7 @@ func (l *Leader) Run(ctx context.Context) error {
 			}
 		} else {
 			if err = l.round(ctx, id); err == nil {
-				every := l.cfg.Interval
-				if l.cfg.Every != nil {
-					every = max(every, l.cfg.Every())
-				}
-				if !sleep(ctx.Done(), every) {
+				if !sleep(ctx.Done(), l.every()) {
 					return nil
 				}
 			}
@@ -174,6 +170,14 @@ func (l *Leader) Run(ctx context.Context) error {
 	return nil
 }
 
+// every is the time between divisions.
+func (l *Leader) every() time.Duration {
+	if l.cfg.Every != nil {
+		return max(l.cfg.Interval, l.cfg.Every())
+	}
+	return l.cfg.Interval
+}
+
 // campaign tries to take the lock; when it is held, it waits (a blocking
 // query, up to a few seconds) for the key to change before returning.
 func (l *Leader) campaign(ctx context.Context, id string, index uint64) (bool, uint64, error) {
@@ -185,7 +189,11 @@ func (l *Leader) campaign(ctx context.Context, id string, index uint64) (bool, u
 	if ok {
 		return true, index, nil
 	}
-	pair, meta, err := l.client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
+	// Followers wait on the lock key up to four division rounds (at least a
+	// second), so N of them ask Consul N/(4 rounds) times a second, and a
+	// gone leader is noticed within that.
+	wait := max(time.Second, 4*l.every())
+	pair, meta, err := l.client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(ctx))
 	if err != nil {
 		return false, 0, fmt.Errorf("watch %s: %w", key, err)
 	}
