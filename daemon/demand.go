@@ -408,6 +408,12 @@ func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
 		return equal
 	}
 	w := min(1, max(share/limit, 1e-9))
+	if mv.Local == 0 {
+		// This node has no passing instance: the leader does not count
+		// this replica's report (it is not one of the replicas the view
+		// divides among), so it may take no more than its equal share.
+		w = min(w, equal)
+	}
 	if d.session != nil && now.Sub(d.session.Renewed()) > demandSessionTTL-demandSessionMargin {
 		// The session may expire soon, its report with it, and the
 		// leader then counts this replica at its equal share: take no

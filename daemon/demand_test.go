@@ -175,3 +175,23 @@ func TestDemanderFallsBack(t *testing.T) {
 		t.Errorf("after a join the share is %v, want at most %v", w, hot*4/5)
 	}
 }
+
+// TestDemanderNotPassingTakesAtMostEqual: a replica whose node has no
+// passing instance is not counted by the leader, so it takes at most its
+// equal share, however large its demand share would be.
+func TestDemanderNotPassingTakesAtMostEqual(t *testing.T) {
+	r := newDemandRig(t)
+	r.wrote(1000)
+	r.params(1000, 10, 10, 10)
+	r.tick(r.d.growDelay())
+	if w := r.weight(); w < 0.9 {
+		t.Fatalf("hot share %v", w)
+	}
+	mv := *r.d.v.cur.Load()
+	mv.Local, mv.LocalWeight = 0, 0 // its check failed; it counts itself in
+	mv.Total, mv.TotalWeight, mv.Weight = 4, 4, 0.25
+	r.d.v.publish(mv)
+	if w := r.weight(); w > 0.25 {
+		t.Errorf("not passing, the share is %v, want at most the equal 0.25", w)
+	}
+}
