@@ -49,6 +49,8 @@ const (
 	// demandLeaderDivisor: the leader divides this many times per interval,
 	// so a report waits at most half an interval to be divided.
 	demandLeaderDivisor = 2
+	// maxShownReplicas bounds the replicas the admin pages list per rule.
+	maxShownReplicas = 64
 	// demandWriteTimeout bounds one Consul write.
 	demandWriteTimeout = 2 * time.Second
 )
@@ -93,6 +95,7 @@ type demander struct {
 	shares   map[string]float64
 	started  bool
 	sessGen  uint64
+	division []server.DemandReplica // the last division, when leading
 
 	session *consulkv.Session
 	pub     *consulkv.Publisher
@@ -502,6 +505,7 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 	h, f := demand.DefaultHeadroom, demand.DefaultFloor
 	p := demand.Params{At: now.UnixNano(), Snapshot: snap.Index, Headroom: h, Floor: f, Leader: d.set.node}
 	view := uint32(max(mv.TotalWeight, 1))
+	var division []server.DemandReplica
 	for _, b := range d.rules() {
 		lim := b.Rule.Limit()
 		if lim == nil {
@@ -526,7 +530,24 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 		}
 		p.Units = rule.Units
 		p.Rules = append(p.Rules, demand.RuleParams{ID: id, Limit: rule.Limit, K: rule.K, R: rule.R, Admitted: admitted})
+		// What each replica gets, for the admin pages: the busiest first,
+		// at most maxShownReplicas of them.
+		shown := make([]server.DemandReplica, 0, len(reps))
+		for i, e := range reps {
+			g, _ := demand.Share(rule, wants[i].Units, wants[i].Offered, wants[i].Absent, view)
+			r := server.DemandReplica{Rule: b.Rule.Path(), Node: e.rep.Node, Units: e.rep.Units, Offered: wants[i].Offered,
+				Share: g / rule.Limit, Absent: wants[i].Absent}
+			if rd := e.rep.Find(id); rd != nil {
+				r.Admitted = rd.Admitted
+			}
+			shown = append(shown, r)
+		}
+		slices.SortStableFunc(shown, func(a, b server.DemandReplica) int { return cmpDesc(a.Offered, b.Offered) })
+		division = append(division, shown[:min(len(shown), maxShownReplicas)]...)
 	}
+	d.mu.Lock()
+	d.division = division
+	d.mu.Unlock()
 	slices.SortFunc(p.Rules, func(a, b demand.RuleParams) int {
 		switch {
 		case a.ID < b.ID:
@@ -603,6 +624,9 @@ func (d *demander) status() *server.DemandStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := &server.DemandStatus{Leading: d.leader != nil && d.leader.IsLeader(), Writes: d.writes, Errors: d.failures}
+	if st.Leading {
+		st.Division = slices.Clone(d.division)
+	}
 	if p := d.params; p != nil {
 		st.Leader = p.Leader
 		st.ParamsAgeSeconds = now.Sub(time.Unix(0, p.At)).Seconds()
@@ -659,4 +683,14 @@ func (d *demander) register(reg prometheus.Registerer) {
 			return d.wall().Sub(time.Unix(0, d.params.At)).Seconds()
 		}),
 	)
+}
+
+func cmpDesc(a, b float64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }

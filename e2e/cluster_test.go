@@ -364,6 +364,11 @@ type rlconfig struct {
 				Equal   float64 `json:"equal_share"`
 				Ratio   float64 `json:"cluster_admitted_ratio"`
 			} `json:"rules"`
+			Division []struct {
+				Rule  string  `json:"rule"`
+				Node  string  `json:"node"`
+				Share float64 `json:"share"`
+			} `json:"division"`
 		} `json:"demand"`
 	} `json:"membership"`
 	Reload struct {

@@ -172,6 +172,21 @@ func TestDemandSkew(t *testing.T) {
 	if shares > 1+1e-9 {
 		t.Errorf("the shares in force sum to %.6f of L at the end, more than 1", shares)
 	}
+	// The leader lists every replica's share in its last division; they
+	// sum to at most L.
+	lr := c.mustRlconfig(c.daemons[c.leader()]).Membership.Demand
+	var divided float64
+	nodes := map[string]bool{}
+	for _, x := range lr.Division {
+		if x.Rule == clusterRule {
+			divided += x.Share
+			nodes[x.Node] = true
+		}
+	}
+	t.Logf("the leader's last division of %s: %d replicas, shares summing to %.6f of L", clusterRule, len(nodes), divided)
+	if len(nodes) != k || divided > 1+1e-9 || divided < 0.9 {
+		t.Errorf("the leader's division lists %d replicas with shares summing to %.6f; want %d summing to at most 1: %+v", len(nodes), divided, k, lr.Division)
+	}
 	t.Logf("Consul writes: %.0f in %.1fs from %d replicas: %.2f per replica per second", writes, end.Seconds(), k, writes/end.Seconds()/k)
 }
 

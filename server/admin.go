@@ -59,6 +59,21 @@ type DemandStatus struct {
 	Writes uint64       `json:"writes"`
 	Errors uint64       `json:"write_errors"`
 	Rules  []DemandRule `json:"rules"`
+	// Division is every replica's demand and share in the last division,
+	// per rule, busiest first and at most 64 per rule; only on the leader,
+	// which alone reads every report.
+	Division []DemandReplica `json:"division,omitempty"`
+}
+
+// DemandReplica is one replica in the leader's last division of a rule.
+type DemandReplica struct {
+	Rule     string  `json:"rule"`
+	Node     string  `json:"node"`
+	Units    uint32  `json:"units"`
+	Offered  float64 `json:"offered_per_second"`
+	Admitted float64 `json:"admitted_per_second"`
+	Share    float64 `json:"share"`
+	Absent   bool    `json:"absent,omitempty"` // no usable report: counted at its equal share
 }
 
 // DemandRule is one demand-shared rule on this replica.
@@ -359,6 +374,12 @@ func writeView(w io.Writer, label string, v View) {
 		for _, r := range d.Rules {
 			fmt.Fprintf(w, "\n  demand %s: offered=%.4g/s admitted=%.4g/s share=%s equal=%s cluster_admitted_ratio=%.3f",
 				r.Rule, r.Offered, r.Admitted, trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
+		}
+		for _, r := range d.Division {
+			fmt.Fprintf(w, "\n  divided %s: node=%s units=%d offered=%.4g/s admitted=%.4g/s share=%s", r.Rule, r.Node, r.Units, r.Offered, r.Admitted, trimFloat(r.Share, 6))
+			if r.Absent {
+				w.Write([]byte(" absent"))
+			}
 		}
 	}
 }

@@ -64,6 +64,11 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 <tr><th>rule</th><th>offered here</th><th>admitted here</th><th>share here</th><th>equal share</th><th>cluster admitted ÷ L</th></tr>
 {{range .Rules}}<tr><td>{{.Rule}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{num .Share}} ({{pct .Share}})</td><td class="num">{{num .Equal}}</td><td class="num">{{printf "%.3f" .ClusterAdmittedRatio}}</td></tr>
 {{end}}</table>
+{{if .Division}}<p>This replica leads: its last division, every replica's demand and share (busiest first, at most 64 per rule).</p>
+<table class="division">
+<tr><th>rule</th><th>node</th><th>units</th><th>offered</th><th>admitted</th><th>share</th></tr>
+{{range .Division}}<tr><td>{{.Rule}}</td><td>{{.Node}}</td><td class="num">{{.Units}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{if .Absent}}equal (no report){{else}}{{num .Share}} ({{pct .Share}}){{end}}</td></tr>
+{{end}}</table>{{end}}
 {{end}}{{end}}<h2>Config</h2>
 <table id="config">
 <tr><th>source</th><td id="config-source">{{.Reload.Source.Kind}}: {{.Reload.Source.Location}}</td></tr>
