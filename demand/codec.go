@@ -318,20 +318,23 @@ func (d *decoder) close() error {
 	return d.err
 }
 
+// uvarint reads an unsigned varint in its shortest form: a longer one (a
+// redundant continuation byte) is refused, so each value has one encoding.
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong integer")
+	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
+		d.fail("truncated, overlong or padded integer")
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
 
+// varint is uvarint for a signed varint.
 func (d *decoder) varint() int64 {
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong integer")
+	if n <= 0 || n != len(binary.AppendVarint(nil, v)) {
+		d.fail("truncated, overlong or padded integer")
 		return 0
 	}
 	d.b = d.b[n:]
