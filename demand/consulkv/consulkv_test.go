@@ -49,6 +49,24 @@ func runSession(t *testing.T, client *api.Client, name string) (*Session, func()
 	return s, stop
 }
 
+// rawSession creates a session nobody renews. A fresh agent refuses sessions
+// until it has registered its own node ("Missing node registration"), so it
+// retries for a few seconds, as Session.Run does.
+func rawSession(t *testing.T, client *api.Client, e *api.SessionEntry) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		id, _, err := client.Session().CreateNoChecks(e, nil)
+		if err == nil {
+			return id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create a session: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestSessionConfig(t *testing.T) {
 	for _, ttl := range []time.Duration{0, 9 * time.Second, 25 * time.Hour} {
 		if _, err := NewSession(&api.Client{}, SessionConfig{TTL: ttl}); err == nil {
@@ -241,10 +259,7 @@ func TestLeaderSteal(t *testing.T) {
 	a := consultest.Start(t)
 	client := a.Client()
 	// A session that nobody renews holds the lock, as a killed leader's.
-	dead, _, err := client.Session().CreateNoChecks(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dead := rawSession(t, client, &api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond})
 	if ok, _, err := client.KV().Acquire(&api.KVPair{Key: testKeys.Leader(), Value: []byte("gone-node"), Session: dead}, nil); err != nil || !ok {
 		t.Fatalf("acquire for the dead leader: %v %v", ok, err)
 	}
@@ -346,10 +361,7 @@ func TestDeadReplicaReportExpires(t *testing.T) {
 	t.Parallel()
 	a := consultest.Start(t)
 	client := a.Client()
-	id, _, err := client.Session().CreateNoChecks(&api.SessionEntry{TTL: MinTTL.String(), Behavior: api.SessionBehaviorDelete}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := rawSession(t, client, &api.SessionEntry{TTL: MinTTL.String(), Behavior: api.SessionBehaviorDelete})
 	fake := &Session{client: client}
 	fake.set(id)
 	if _, err := NewPublisher(client, testKeys, "killed", fake).Publish(context.Background(), []byte("last words")); err != nil {
