@@ -93,8 +93,8 @@ type Config struct {
 	MembershipHold time.Duration
 
 	// ShareMode is "cluster" (limits divided by membership) or "demand"
-	// (every cluster-shared limit of a rule with one bucket divided by
-	// demand); see ShareCluster and ShareDemand.
+	// (every cluster-shared limit divided by demand, a per-value rule's
+	// for its hottest values); see ShareCluster and ShareDemand.
 	ShareMode string
 	// DemandPrefix is the Consul KV prefix under which replicas publish
 	// their demand and the leader its parameters.
@@ -104,6 +104,9 @@ type Config struct {
 	// DemandMaxWrites bounds a service's demand writes per second, all
 	// replicas together: the interval stretches to n/DemandMaxWrites.
 	DemandMaxWrites float64
+	// DemandTopKeys is how many values of each per-value demand rule are
+	// shared by demand (its hottest); the rest keep equal shares.
+	DemandTopKeys int
 
 	MaxBuckets    int
 	SweepInterval time.Duration
@@ -233,10 +236,11 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.ConsulWeights, "consul-weights", true, "divide by the instances' Consul weights (Weights.Passing) instead of counting each instance 1")
 	fs.BoolVar(&c.ConsulCache, "consul-cache", true, "query through the local agent's cache (?cached), which Consul's streaming backend serves; falls back to plain blocking queries")
 	fs.Var(seconds{&c.MembershipHold}, "membership-hold", "how long a membership change that grows this replica's share must hold before it applies (a shrink applies at once); 0 = off")
-	fs.StringVar(&c.ShareMode, "share-mode", ShareCluster, "how limits without share: in their YAML are divided: cluster (by membership) or demand (by each replica's demand, for rules with one bucket)")
+	fs.StringVar(&c.ShareMode, "share-mode", ShareCluster, "how limits without share: in their YAML are divided: cluster (by membership) or demand (by each replica's demand; per-value rules for their hottest values)")
 	fs.StringVar(&c.DemandPrefix, "demand-prefix", "sharelimit/demand/", "Consul KV prefix for demand reports and the leader's share parameters")
 	fs.Var(seconds{&c.DemandInterval}, "demand-interval", "how often, at most, a replica writes its demand to Consul")
 	fs.Float64Var(&c.DemandMaxWrites, "demand-max-writes", 100, "most demand writes per second per service, all replicas together: the interval stretches to N/this")
+	fs.IntVar(&c.DemandTopKeys, "demand-top-keys", 64, "values of each per-value demand rule shared by demand, hottest first (0-1024; 0: per-value rules keep equal shares); the others keep equal shares")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")

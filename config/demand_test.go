@@ -16,11 +16,11 @@ func TestDemandDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.ShareMode != ShareCluster || c.DemandPrefix != "sharelimit/demand/" || c.DemandInterval != time.Second || c.DemandMaxWrites != 100 {
-		t.Errorf("defaults: mode %q prefix %q interval %s max writes %v", c.ShareMode, c.DemandPrefix, c.DemandInterval, c.DemandMaxWrites)
+	if c.ShareMode != ShareCluster || c.DemandPrefix != "sharelimit/demand/" || c.DemandInterval != time.Second || c.DemandMaxWrites != 100 || c.DemandTopKeys != 64 {
+		t.Errorf("defaults: mode %q prefix %q interval %s max writes %v top keys %d", c.ShareMode, c.DemandPrefix, c.DemandInterval, c.DemandMaxWrites, c.DemandTopKeys)
 	}
 	c, err = Parse("serve", []string{"--config-dir", t.TempDir()}, env(map[string]string{
-		"SHARELIMIT_SHARE_MODE": "demand", "SHARELIMIT_DEMAND_INTERVAL": "0.5", "SHARELIMIT_DEMAND_PREFIX": "x/y/", "SHARELIMIT_DEMAND_MAX_WRITES": "20",
+		"SHARELIMIT_SHARE_MODE": "demand", "SHARELIMIT_DEMAND_INTERVAL": "0.5", "SHARELIMIT_DEMAND_PREFIX": "x/y/", "SHARELIMIT_DEMAND_MAX_WRITES": "20", "SHARELIMIT_DEMAND_TOP_KEYS": "8",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -28,8 +28,8 @@ func TestDemandDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.ShareMode != ShareDemand || c.DemandPrefix != "x/y/" || c.DemandInterval != 500*time.Millisecond || c.DemandMaxWrites != 20 {
-		t.Errorf("from the environment: mode %q prefix %q interval %s max writes %v", c.ShareMode, c.DemandPrefix, c.DemandInterval, c.DemandMaxWrites)
+	if c.ShareMode != ShareDemand || c.DemandPrefix != "x/y/" || c.DemandInterval != 500*time.Millisecond || c.DemandMaxWrites != 20 || c.DemandTopKeys != 8 {
+		t.Errorf("from the environment: mode %q prefix %q interval %s max writes %v top keys %d", c.ShareMode, c.DemandPrefix, c.DemandInterval, c.DemandMaxWrites, c.DemandTopKeys)
 	}
 }
 
@@ -45,6 +45,8 @@ func TestDemandErrors(t *testing.T) {
 		{[]string{"--demand-interval", "2m"}, "--demand-interval: must be between"},
 		{[]string{"--demand-max-writes", "0"}, "--demand-max-writes: must be between 1 and 10000, got 0"},
 		{[]string{"--demand-max-writes", "NaN"}, "--demand-max-writes: must be between 1 and 10000"},
+		{[]string{"--demand-top-keys", "-1"}, "--demand-top-keys: must be between 0 and 1024, got -1"},
+		{[]string{"--demand-top-keys", "1025"}, "--demand-top-keys: must be between 0 and 1024, got 1025"},
 		{[]string{"--demand-prefix", "/abs/"}, "--demand-prefix: must be a Consul KV folder"},
 		{[]string{"--demand-prefix", "no-slash"}, "--demand-prefix: must be a Consul KV folder"},
 		{[]string{"--demand-prefix", "a//b/"}, "--demand-prefix: must be a Consul KV folder"},

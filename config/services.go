@@ -106,11 +106,18 @@ func validateDemand(c *Config, bad func(flag, format string, args ...any)) {
 	if !(c.DemandMaxWrites >= 1) || c.DemandMaxWrites > 10000 {
 		bad("demand-max-writes", "must be between 1 and 10000, got %v", c.DemandMaxWrites)
 	}
+	if c.DemandTopKeys < 0 || c.DemandTopKeys > MaxDemandTopKeys {
+		bad("demand-top-keys", "must be between 0 and %d, got %d", MaxDemandTopKeys, c.DemandTopKeys)
+	}
 	p := c.DemandPrefix
 	if p == "" || strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || strings.Contains(p, "//") || len(p) > 200 {
 		bad("demand-prefix", "must be a Consul KV folder such as sharelimit/demand/ (no leading /, a trailing /, at most 200 bytes), got %q", p)
 	}
 }
+
+// MaxDemandTopKeys bounds --demand-top-keys: a report carries up to twice
+// this many values per per-value rule.
+const MaxDemandTopKeys = 1024
 
 // Bounds of --demand-interval: faster writes cost Consul more than they gain
 // in convergence; slower ones leave shares stale for longer than the

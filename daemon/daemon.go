@@ -259,12 +259,13 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		if v.consul != nil {
 			v.demand = newDemander(v, d.engine, client, demandSettings{
 				prefix: cfg.DemandPrefix, interval: cfg.DemandInterval, maxWrites: cfg.DemandMaxWrites,
-				queryRate: cfg.ConsulQueryRate, node: cfg.Node,
+				queryRate: cfg.ConsulQueryRate, node: cfg.Node, topKeys: cfg.DemandTopKeys,
 			}, d.log.With("component", "demand"))
 			v.demand.register(reg)
 		}
 	}
 	reg.MustRegister(demandRules{d.views})
+	d.engine.SetDemandTopKeys(cfg.DemandTopKeys)
 	if cfg.ShareMode == config.ShareDemand {
 		d.engine.SetShareMode(true)
 	}

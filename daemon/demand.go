@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +64,7 @@ type demandSettings struct {
 	maxWrites float64
 	queryRate float64 // --consul-query-rate: the params watch's pacing
 	node      string  // --node, or the agent's node name once known
+	topKeys   int     // --demand-top-keys
 }
 
 // demander shares the demand rules of one Consul service's domains by
@@ -96,6 +99,13 @@ type demander struct {
 	started  bool
 	sessGen  uint64
 	division []server.DemandReplica // the last division, when leading
+	// Per-value rules, by rule identity: the meters of their hot values
+	// (by value ID) and their candidates.
+	hotRates map[string]map[uint64]*demand.Rates
+	cands    map[string]*demand.Candidates
+	// hotIDs is each per-value rule's hot set as last given to the engine,
+	// sorted.
+	hotIDs map[string][]uint64
 
 	session *consulkv.Session
 	pub     *consulkv.Publisher
@@ -111,7 +121,8 @@ type grow struct {
 
 func newDemander(v *view, e *descriptors.Engine, client *api.Client, set demandSettings, log *slog.Logger) *demander {
 	return &demander{v: v, engine: e, client: client, set: set, log: log, wall: time.Now,
-		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{}}
+		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{},
+		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{}, hotIDs: map[string][]uint64{}}
 }
 
 // rules are the installed demand rules of this view's domains.
@@ -242,6 +253,9 @@ func (d *demander) tick(ctx context.Context, rules []descriptors.DemandBinding) 
 		}
 		off, adm := b.State.Counts()
 		r.Update(off, adm, now, d.set.interval/demandTauDivisor)
+		if b.State.PerValue() {
+			d.meterValues(b, now)
+		}
 	}
 	var report *demand.Report
 	if d.started {
@@ -260,6 +274,65 @@ func (d *demander) tick(ctx context.Context, rules []descriptors.DemandBinding) 
 	d.apply(rules, now)
 }
 
+// meterValues reads a per-value rule's hot values' meters and folds its
+// sampled candidates in. Called with mu held.
+func (d *demander) meterValues(b descriptors.DemandBinding, now time.Time) {
+	id := b.State.Identity()
+	tau := d.set.interval / demandTauDivisor
+	c := d.cands[id]
+	if c == nil {
+		c = &demand.Candidates{Cap: 4 * max(d.set.topKeys, 1)}
+		d.cands[id] = c
+	}
+	// Candidates are sampled, one draw in 16: a whole interval's smoothing
+	// keeps a value seen once in a tick from looking hot.
+	c.Observe(b.State.Candidates(), descriptors.CandidateSampling, now, d.set.interval)
+	old := d.hotRates[id]
+	next := make(map[uint64]*demand.Rates, len(old))
+	for _, hv := range b.State.HotValues() {
+		r := old[hv.ID()]
+		if r == nil {
+			// Newly hot: its meter starts from its estimate as a candidate,
+			// which it no longer is.
+			r = &demand.Rates{Offered: c.Rate(hv.ID())}
+			c.Forget(hv.ID())
+		}
+		off, adm := hv.Counts()
+		r.Update(off, adm, now, tau)
+		next[hv.ID()] = r
+	}
+	d.hotRates[id] = next
+}
+
+// values is what a report says of per-value rule b: its demand for each
+// value the engine holds hot (0 included), then its hottest other values
+// that could qualify, at most topKeys of them; sorted by ID. Called with mu
+// held.
+func (d *demander) values(b descriptors.DemandBinding, equal float64) []demand.ValueDemand {
+	id := b.State.Identity()
+	var out []demand.ValueDemand
+	for vid, r := range d.hotRates[id] {
+		out = append(out, demand.ValueDemand{ID: vid, Offered: r.Offered, Admitted: r.Admitted})
+	}
+	if c := d.cands[id]; c != nil {
+		lim := b.Rule.Limit()
+		least := 0.0
+		if lim != nil {
+			least = demand.QualifyRatio * equal * lim.Params().Rate
+		}
+		for _, v := range c.Top(d.set.topKeys) {
+			if v.Offered <= least {
+				break
+			}
+			if _, hot := d.hotRates[id][v.ID]; !hot {
+				out = append(out, v)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b demand.ValueDemand) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
 // due returns the report to write now, or nil. Called with mu held.
 func (d *demander) due(rules []descriptors.DemandBinding, now time.Time) *demand.Report {
 	if len(rules) == 0 {
@@ -272,9 +345,18 @@ func (d *demander) due(rules []descriptors.DemandBinding, now time.Time) *demand
 	}
 	mv := d.v.cur.Load()
 	r := &demand.Report{Seq: d.seq + 1, At: now.UnixNano(), Units: uint32(max(mv.LocalWeight, 1)), Node: d.set.node}
+	values := 0
 	for _, b := range rules {
 		rt := d.rates[b.State.Identity()]
-		r.Rules = append(r.Rules, demand.RuleDemand{ID: demand.RuleIDOf(b.State.Identity()), Offered: rt.Offered, Admitted: rt.Admitted})
+		rd := demand.RuleDemand{ID: demand.RuleIDOf(b.State.Identity()), Offered: rt.Offered, Admitted: rt.Admitted}
+		if b.State.PerValue() {
+			rd.Values = d.values(b, d.engine.GroupWeight(b.State.DomainGroup()).W)
+			if values+len(rd.Values) > demand.MaxValues {
+				rd.Values = nil // past the format's bound: its values keep equal shares
+			}
+			values += len(rd.Values)
+		}
+		r.Rules = append(r.Rules, rd)
 	}
 	slices.SortFunc(r.Rules, func(a, b demand.RuleDemand) int {
 		switch {
@@ -291,8 +373,13 @@ func (d *demander) due(rules []descriptors.DemandBinding, now time.Time) *demand
 	}
 	for i, rd := range r.Rules {
 		old := d.last.Rules[i]
-		if old.ID != rd.ID || demand.Moved(old.Offered, rd.Offered, demandThreshold, 1) {
+		if old.ID != rd.ID || demand.Moved(old.Offered, rd.Offered, demandThreshold, 1) || len(old.Values) != len(rd.Values) {
 			return r
+		}
+		for j, v := range rd.Values {
+			if ov := old.Values[j]; ov.ID != v.ID || demand.Moved(ov.Offered, v.Offered, demandThreshold, 1) {
+				return r
+			}
 		}
 	}
 	return nil
@@ -374,39 +461,74 @@ func (d *demander) growDelay() time.Duration {
 	return time.Duration(float64(time.Second)/d.set.queryRate) + demandGrowSlack
 }
 
-// target is this replica's weight for one demand rule: its demand share
-// under the current parameters, or its equal share without usable ones.
-// Called with mu held.
-func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
-	equal := d.engine.GroupWeight(b.State.DomainGroup()).W
+// usable is the parameters in force for rule b when they are fresh and
+// divide the limit this replica's config has; nil otherwise (the rule then
+// keeps equal shares). Called with mu held.
+func (d *demander) usable(b descriptors.DemandBinding, now time.Time) *demand.RuleParams {
 	lim := b.Rule.Limit()
 	p := d.params
 	if p == nil || lim == nil || now.Sub(time.Unix(0, p.At)) > d.staleAfter() {
-		return equal
+		return nil
 	}
 	rp := p.Find(demand.RuleIDOf(b.State.Identity()))
 	limit := lim.Params().Rate
 	if rp == nil || !(limit > 0) || rp.Limit < limit*(1-1e-6) || rp.Limit > limit*(1+1e-6) {
-		return equal // the leader divides another limit: its config differs
+		return nil // the leader divides another limit: its config differs
 	}
+	return rp
+}
+
+// target is this replica's weight for one demand rule with one bucket: its
+// demand share under the current parameters, or its equal share without
+// usable ones. Called with mu held.
+func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
+	equal := d.engine.GroupWeight(b.State.DomainGroup()).W
+	rp := d.usable(b, now)
+	if rp == nil {
+		return equal
+	}
+	return d.weigh(d.params.Rule(rp), func(rep *demand.Report) (float64, bool) {
+		if rd := rep.Find(rp.ID); rd != nil {
+			return rd.Offered, true
+		}
+		return 0, false
+	}, rp.Limit, equal, now)
+}
+
+// valueTarget is this replica's weight for hot value vp of per-value rule
+// rp. Called with mu held.
+func (d *demander) valueTarget(rp *demand.RuleParams, vp *demand.ValueParams, equal float64, now time.Time) float64 {
+	return d.weigh(d.params.ValueRule(rp, vp), func(rep *demand.Report) (float64, bool) {
+		if rd := rep.Find(rp.ID); rd != nil {
+			if v := rd.FindValue(vp.ID); v != nil {
+				return v.Offered, true
+			}
+		}
+		return 0, false
+	}, rp.Limit, equal, now)
+}
+
+// weigh is this replica's weight under division rule, given what its own
+// report as the division counted it said (own: the figure, or false when
+// the report did not name it, which the leader counted as absent). Called
+// with mu held.
+func (d *demander) weigh(rule demand.Rule, own func(*demand.Report) (float64, bool), limit, equal float64, now time.Time) float64 {
 	mv := d.v.cur.Load()
 	view := uint32(max(mv.TotalWeight, 1))
-	rep, standing := d.hist.Reported(p)
+	rep, standing := d.hist.Reported(d.params)
 	units, offered, absent := uint32(max(mv.LocalWeight, 1)), 0.0, false
 	switch standing {
 	case demand.Counted:
 		units = rep.Units
-		if rd := rep.Find(rp.ID); rd != nil {
-			offered = rd.Offered
-		} else {
-			absent = true
-		}
+		var named bool
+		offered, named = own(&rep)
+		absent = !named
 	case demand.Absent:
 		absent = true
 	case demand.Unknown:
 		// The smallest share a present replica gets: demand 0.
 	}
-	share, ok := demand.Share(p.Rule(rp), units, offered, absent, view)
+	share, ok := demand.Share(rule, units, offered, absent, view)
 	if !ok {
 		return equal
 	}
@@ -426,62 +548,210 @@ func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
 	return w
 }
 
-// apply sets each demand rule's weight: a smaller one at once, a larger one
-// once it has waited growDelay.
+// apply sets each demand rule's weight, and each hot value's: a smaller one
+// at once, a larger one once it has waited growDelay.
 func (d *demander) apply(rules []descriptors.DemandBinding, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	mono := d.v.clock()
 	for _, b := range rules {
-		g := b.State.Group()
+		if b.State.PerValue() {
+			d.applyValues(b, now, mono)
+			continue
+		}
 		want := d.target(b, now)
 		d.shares[b.State.Identity()] = want
-		cur := d.engine.GroupWeight(g).W
-		switch {
-		case want <= cur:
-			delete(d.grows, g)
-			d.engine.SetGroupWeight(g, want, mono)
-		default:
-			// A grow waits growDelay from the parameters that asked for
-			// it. A bigger one, from newer parameters the others may not
-			// have yet, waits its own full delay, while the smaller one
-			// already waiting still applies at its time.
-			steps := d.grows[g]
-			if n := len(steps); n == 0 || want > steps[n-1].w {
-				steps = append(steps, grow{w: want, at: now.Add(d.growDelay())})
+		d.aim(b.State.Group(), want, now, mono)
+	}
+}
+
+// applyValues makes the values the parameters name the hot values of
+// per-value rule b and sets each one's weight. Without fresh parameters the
+// hot values stay, at their equal share. Called with mu held.
+func (d *demander) applyValues(b descriptors.DemandBinding, now time.Time, mono int64) {
+	id := b.State.Identity()
+	equal := d.engine.GroupWeight(b.State.DomainGroup()).W
+	rp := d.usable(b, now)
+	fresh := d.params != nil && now.Sub(time.Unix(0, d.params.At)) <= d.staleAfter()
+	if fresh {
+		var ids []uint64
+		if rp != nil {
+			for _, v := range rp.Values {
+				ids = append(ids, v.ID)
 			}
-			// Grows asked for more than want now are capped at it.
-			apply := cur
-			keep := steps[:0]
-			for _, st := range steps {
-				st.w = min(st.w, want)
-				if !now.Before(st.at) {
-					apply = max(apply, st.w)
-					continue
+		}
+		if !slices.Equal(ids, d.hotIDs[id]) {
+			before := map[uint64]int{}
+			for _, hv := range b.State.HotValues() {
+				before[hv.ID()] = hv.Group()
+			}
+			after := d.engine.SetHot(b.State, ids, mono)
+			d.hotIDs[id] = ids
+			// A slot that changed hands starts afresh: no grow meant for
+			// its last value applies to the next.
+			for _, hv := range after {
+				if g, ok := before[hv.ID()]; !ok || g != hv.Group() {
+					delete(d.grows, hv.Group())
 				}
-				keep = append(keep, st)
+				delete(before, hv.ID())
 			}
-			if apply > cur {
-				d.engine.SetGroupWeight(g, apply, mono)
-			}
-			if len(keep) == 0 {
+			for _, g := range before {
 				delete(d.grows, g)
-			} else {
-				d.grows[g] = keep
 			}
 		}
 	}
+	for _, hv := range b.State.HotValues() {
+		want := equal
+		if rp != nil {
+			if vp := rp.FindValue(hv.ID()); vp != nil {
+				want = d.valueTarget(rp, vp, equal, now)
+			}
+		}
+		d.aim(hv.Group(), want, now, mono)
+	}
+}
+
+// aim moves group g's weight towards want: a smaller one at once, a larger
+// one once it has waited growDelay. Called with mu held.
+func (d *demander) aim(g int, want float64, now time.Time, mono int64) {
+	cur := d.engine.GroupWeight(g).W
+	switch {
+	case want <= cur:
+		delete(d.grows, g)
+		d.engine.SetGroupWeight(g, want, mono)
+	default:
+		// A grow waits growDelay from the parameters that asked for
+		// it. A bigger one, from newer parameters the others may not
+		// have yet, waits its own full delay, while the smaller one
+		// already waiting still applies at its time.
+		steps := d.grows[g]
+		if n := len(steps); n == 0 || want > steps[n-1].w {
+			steps = append(steps, grow{w: want, at: now.Add(d.growDelay())})
+		}
+		// Grows asked for more than want now are capped at it.
+		apply := cur
+		keep := steps[:0]
+		for _, st := range steps {
+			st.w = min(st.w, want)
+			if !now.Before(st.at) {
+				apply = max(apply, st.w)
+				continue
+			}
+			keep = append(keep, st)
+		}
+		if apply > cur {
+			d.engine.SetGroupWeight(g, apply, mono)
+		}
+		if len(keep) == 0 {
+			delete(d.grows, g)
+		} else {
+			d.grows[g] = keep
+		}
+	}
+}
+
+// reportEntry is one report of a snapshot, and whether it counts: a report
+// under a key of another node's name does not.
+type reportEntry struct {
+	rep   demand.Report
+	fresh bool
+}
+
+// divideValues is the leader's division of per-value rule id (limit L): it
+// makes the values with the most demand over the fresh reports hot (at most
+// topKeys of those some replica offers more than half its equal share) and
+// divides each, at most room of them. It returns the rule's parameters and,
+// for the admin pages, each hot value's division, busiest values first, at
+// most maxShownReplicas rows.
+func (d *demander) divideValues(b descriptors.DemandBinding, id demand.RuleID, limit float64, view uint32, reps []reportEntry, h, f float64, room int) (demand.RuleParams, uint32, []server.DemandReplica) {
+	rp := demand.RuleParams{ID: id, Limit: limit}
+	total := map[uint64]float64{}
+	qualifies := map[uint64]bool{}
+	var counted uint64
+	for _, e := range reps {
+		counted += uint64(e.rep.Units)
+	}
+	units := uint32(min(max(uint64(view), counted), math.MaxUint32))
+	equalUnits := units
+	for _, e := range reps {
+		rd := e.rep.Find(id)
+		if !e.fresh || rd == nil {
+			continue
+		}
+		rp.Admitted += rd.Admitted
+		equal := demand.Equal(limit, e.rep.Units, equalUnits)
+		for _, v := range rd.Values {
+			total[v.ID] += v.Offered
+			if v.Offered > demand.QualifyRatio*equal {
+				qualifies[v.ID] = true
+			}
+		}
+	}
+	hot := map[uint64]bool{}
+	d.mu.Lock()
+	if d.params != nil {
+		if old := d.params.Find(id); old != nil {
+			for _, v := range old.Values {
+				hot[v.ID] = true
+			}
+		}
+	}
+	labels := map[uint64]string{}
+	for _, hv := range b.State.HotValues() {
+		labels[hv.ID()] = hv.Label()
+	}
+	d.mu.Unlock()
+	ids := demand.Hottest(total, qualifies, hot, min(d.set.topKeys, max(room, 0)))
+	// The admin pages list the busiest values first.
+	byDemand := slices.Clone(ids)
+	slices.SortStableFunc(byDemand, func(a, b uint64) int { return cmpDesc(total[a], total[b]) })
+	var shown []server.DemandReplica
+	for _, vid := range byDemand {
+		wants := make([]demand.Want, 0, len(reps))
+		var admitted float64
+		for _, e := range reps {
+			w := demand.Want{Units: e.rep.Units, Absent: true}
+			if rd := e.rep.Find(id); rd != nil && e.fresh {
+				if v := rd.FindValue(vid); v != nil {
+					w.Offered, w.Absent = v.Offered, false
+					admitted += v.Admitted
+				}
+			}
+			wants = append(wants, w)
+		}
+		rule := demand.Divide(limit, view, wants, h, f)
+		if rule.Units == 0 {
+			continue
+		}
+		units = rule.Units
+		rp.Values = append(rp.Values, demand.ValueParams{ID: vid, K: rule.K, R: rule.R, Admitted: admitted})
+		label := labels[vid]
+		if label == "" {
+			label = fmt.Sprintf("#%016x", vid)
+		}
+		start := len(shown)
+		for i, e := range reps {
+			g, _ := demand.Share(rule, wants[i].Units, wants[i].Offered, wants[i].Absent, view)
+			r := server.DemandReplica{Rule: b.Rule.Path(), Value: label, Node: e.rep.Node, Units: e.rep.Units,
+				Offered: wants[i].Offered, Share: g / rule.Limit, Absent: wants[i].Absent}
+			if rd := e.rep.Find(id); rd != nil {
+				if v := rd.FindValue(vid); v != nil {
+					r.Admitted = v.Admitted
+				}
+			}
+			shown = append(shown, r)
+		}
+		slices.SortStableFunc(shown[start:], func(a, b server.DemandReplica) int { return cmpDesc(a.Offered, b.Offered) })
+	}
+	slices.SortFunc(rp.Values, func(a, b demand.ValueParams) int { return cmp.Compare(a.ID, b.ID) })
+	return rp, units, shown[:min(len(shown), maxShownReplicas)]
 }
 
 // divide is the leader's division of one snapshot of the reports.
 func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 	now := d.wall()
 	mv := d.v.cur.Load()
-	type entry struct {
-		rep   demand.Report
-		fresh bool
-	}
-	var reps []entry
+	var reps []reportEntry
 	for _, kv := range snap.Reports {
 		if !d.passing(kv.Node) {
 			// Its node has left the service (deregistered, or failing its
@@ -500,18 +770,29 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 		// hand its share to the others while the replica, cut off from
 		// Consul, still enforces it; the replica itself falls back to at
 		// most its equal share before its session can expire (target).
-		reps = append(reps, entry{r, r.Node == kv.Node})
+		reps = append(reps, reportEntry{r, r.Node == kv.Node})
 	}
 	h, f := demand.DefaultHeadroom, demand.DefaultFloor
 	p := demand.Params{At: now.UnixNano(), Snapshot: snap.Index, Headroom: h, Floor: f, Leader: d.set.node}
 	view := uint32(max(mv.TotalWeight, 1))
 	var division []server.DemandReplica
+	values := 0
 	for _, b := range d.rules() {
 		lim := b.Rule.Limit()
 		if lim == nil {
 			continue
 		}
 		id := demand.RuleIDOf(b.State.Identity())
+		if b.State.PerValue() {
+			rp, units, shown := d.divideValues(b, id, lim.Params().Rate, view, reps, h, f, demand.MaxValues-values)
+			values += len(rp.Values)
+			if len(rp.Values) > 0 {
+				p.Units = units
+			}
+			p.Rules = append(p.Rules, rp)
+			division = append(division, shown...)
+			continue
+		}
 		wants := make([]demand.Want, 0, len(reps))
 		var admitted float64
 		for _, e := range reps {
@@ -571,6 +852,9 @@ var (
 	demandOfferedDesc = prometheus.NewDesc("sharelimit_demand_offered_per_second",
 		"Per demand-shared rule: this replica's smoothed offered demand, in tokens per second.",
 		[]string{"service", "rule"}, nil)
+	demandHotValuesDesc = prometheus.NewDesc("sharelimit_demand_hot_values",
+		"Per per-value demand rule: the values shared by demand on this replica (at most --demand-top-keys); the others keep equal shares.",
+		[]string{"service", "rule"}, nil)
 )
 
 // demandRules is the collector of every view's demand-rule series: one
@@ -582,6 +866,7 @@ func (demandRules) Describe(ch chan<- *prometheus.Desc) {
 	ch <- admittedRatioDesc
 	ch <- demandShareDesc
 	ch <- demandOfferedDesc
+	ch <- demandHotValuesDesc
 }
 
 // Collect reports each demand rule's figures.
@@ -593,7 +878,9 @@ func (c demandRules) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collect reports this service's demand rules' figures.
+// collect reports this service's demand rules' figures. A per-value
+// rule's share is its equal share (its values that are not hot); its hot
+// values are counted, not listed, to keep the series' cardinality bounded.
 func (d *demander) collect(ch chan<- prometheus.Metric) {
 	rules := d.rules()
 	d.mu.Lock()
@@ -603,6 +890,10 @@ func (d *demander) collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(demandShareDesc, prometheus.GaugeValue, d.engine.GroupWeight(b.State.Group()).W, d.v.service, path)
 		if r := d.rates[b.State.Identity()]; r != nil {
 			ch <- prometheus.MustNewConstMetric(demandOfferedDesc, prometheus.GaugeValue, r.Offered, d.v.service, path)
+		}
+		if b.State.PerValue() {
+			ch <- prometheus.MustNewConstMetric(demandHotValuesDesc, prometheus.GaugeValue, float64(len(b.State.HotValues())), d.v.service, path)
+			continue
 		}
 		if d.params == nil || b.Rule.Limit() == nil {
 			continue
@@ -633,10 +924,15 @@ func (d *demander) status() *server.DemandStatus {
 		st.Stale = now.Sub(time.Unix(0, p.At)) > d.staleAfter()
 	}
 	for _, b := range rules {
-		r := server.DemandRule{Rule: b.Rule.Path(), Share: d.engine.GroupWeight(b.State.Group()).W,
-			Equal: d.engine.GroupWeight(b.State.DomainGroup()).W}
+		equal := d.engine.GroupWeight(b.State.DomainGroup()).W
+		r := server.DemandRule{Rule: b.Rule.Path(), Share: d.engine.GroupWeight(b.State.Group()).W, Equal: equal}
 		if rt := d.rates[b.State.Identity()]; rt != nil {
 			r.Offered, r.Admitted = rt.Offered, rt.Admitted
+		}
+		if b.State.PerValue() {
+			st.Rules = append(st.Rules, r)
+			st.Rules = append(st.Rules, d.hotRows(b, equal)...)
+			continue
 		}
 		if d.params != nil {
 			if rp := d.params.Find(demand.RuleIDOf(b.State.Identity())); rp != nil && rp.Limit > 0 {
@@ -646,6 +942,38 @@ func (d *demander) status() *server.DemandStatus {
 		st.Rules = append(st.Rules, r)
 	}
 	return st
+}
+
+// hotRows are the admin pages' rows of per-value rule b's hot values, the
+// busiest first, at most maxShownReplicas. Called with mu held.
+func (d *demander) hotRows(b descriptors.DemandBinding, equal float64) []server.DemandRule {
+	var rp *demand.RuleParams
+	if d.params != nil {
+		rp = d.params.Find(demand.RuleIDOf(b.State.Identity()))
+	}
+	var rows []server.DemandRule
+	for _, hv := range b.State.HotValues() {
+		r := server.DemandRule{Rule: b.Rule.Path(), Value: hv.Label(), Share: d.engine.GroupWeight(hv.Group()).W, Equal: equal}
+		if r.Value == "" {
+			r.Value = fmt.Sprintf("#%016x", hv.ID())
+		}
+		if rt := d.hotRates[b.State.Identity()][hv.ID()]; rt != nil {
+			r.Offered, r.Admitted = rt.Offered, rt.Admitted
+		}
+		if rp != nil && rp.Limit > 0 {
+			if vp := rp.FindValue(hv.ID()); vp != nil {
+				r.ClusterAdmittedRatio = vp.Admitted / rp.Limit
+			}
+		}
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b server.DemandRule) int {
+		if c := cmpDesc(a.Offered, b.Offered); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Value, b.Value)
+	})
+	return rows[:min(len(rows), maxShownReplicas)]
 }
 
 // register adds the demand series of this service.

@@ -13,7 +13,7 @@ import (
 // Wire format, shared by reports and parameters:
 //
 //	magic   "SLD"            3 bytes
-//	version 1                1 byte
+//	version 2                1 byte
 //	kind    1 report, 2 params
 //	body                     (below)
 //	crc     CRC-32C          4 bytes, little endian, of everything before it
@@ -26,14 +26,21 @@ import (
 // bytes. Rules are sorted by ID, without duplicates.
 //
 // report body: seq, at, units, node, rules: count, then per rule its ID
-// (8 bytes), offered and admitted.
+// (8 bytes), offered, admitted and its values: count, then per value its
+// ID (8 bytes), offered and admitted.
 //
 // params body: at, snapshot, cutoff, units, headroom, floor, leader, rules:
-// count, then per rule its ID (8 bytes), limit, K, R and the cluster's
-// admitted rate.
+// count, then per rule its ID (8 bytes), limit, K, R, the cluster's
+// admitted rate and its values: count, then per value its ID (8 bytes), K,
+// R and the cluster's admitted rate.
+//
+// Values are a per-value rule's hot values (and, in reports, candidates),
+// sorted by ID, without duplicates; a rule with one bucket has none.
+// Version 1 had no values; a replica of another version reads a record of
+// this one as absent, and its peers count it at its equal share.
 const (
 	magic   = "SLD"
-	version = 1
+	version = 2
 
 	kindReport = 1
 	kindParams = 2
@@ -42,9 +49,12 @@ const (
 	MaxRules = 1024
 	// MaxNode bounds a node name, as Consul's own limit on node names.
 	MaxNode = 253
-	// MaxSize bounds an encoded report or parameter set: MaxRules rules and
-	// the longest node name fit with room to spare.
-	MaxSize = 32 + MaxNode + 8 + MaxRules*(8+4*4)
+	// MaxValues bounds the values of one report or parameter set, over all
+	// its rules.
+	MaxValues = 4096
+	// MaxSize bounds an encoded report or parameter set: MaxRules rules,
+	// MaxValues values and the longest node name fit with room to spare.
+	MaxSize = 32 + MaxNode + 8 + MaxRules*(8+4*4+3) + MaxValues*(8+3*4)
 )
 
 // ErrFormat marks bytes that are not a valid report or parameter set.
@@ -76,6 +86,26 @@ type RuleDemand struct {
 	ID       RuleID
 	Offered  float64 // tokens asked for, admitted or not
 	Admitted float64 // tokens admitted
+	// Values are a per-value rule's values: each hot value of the
+	// parameters the replica last had (demand 0 included), then its own
+	// hottest other values, as candidates. Sorted by ID.
+	Values []ValueDemand
+}
+
+// ValueDemand is one value's figures in a report, per second.
+type ValueDemand struct {
+	ID       uint64
+	Offered  float64
+	Admitted float64
+}
+
+// FindValue returns value id's figures, or nil.
+func (r *RuleDemand) FindValue(id uint64) *ValueDemand {
+	i, ok := slices.BinarySearchFunc(r.Values, id, func(v ValueDemand, id uint64) int { return cmpID(RuleID(v.ID), RuleID(id)) })
+	if !ok {
+		return nil
+	}
+	return &r.Values[i]
 }
 
 // Params is what the leader publishes for a service: the division of each
@@ -99,6 +129,31 @@ type RuleParams struct {
 	Limit    float64 // L as the leader's config has it, per second
 	K, R     float64
 	Admitted float64 // the cluster's admitted rate, per second
+	// Values are a per-value rule's hot values, each divided on its own
+	// (its limit is the rule's); every other value keeps the equal share.
+	// Sorted by ID. A per-value rule's own K and R are 0.
+	Values []ValueParams
+}
+
+// ValueParams is one hot value's division.
+type ValueParams struct {
+	ID       uint64
+	K, R     float64
+	Admitted float64
+}
+
+// FindValue returns hot value id's division, or nil.
+func (r *RuleParams) FindValue(id uint64) *ValueParams {
+	i, ok := slices.BinarySearchFunc(r.Values, id, func(v ValueParams, id uint64) int { return cmpID(RuleID(v.ID), RuleID(id)) })
+	if !ok {
+		return nil
+	}
+	return &r.Values[i]
+}
+
+// ValueRule is hot value v of rule r's division as Share takes it.
+func (p *Params) ValueRule(r *RuleParams, v *ValueParams) Rule {
+	return Rule{Limit: r.Limit, Units: p.Units, Headroom: p.Headroom, Floor: p.Floor, K: v.K, R: v.R}
 }
 
 // Rule is r's division as Share takes it.
@@ -142,10 +197,21 @@ func AppendReport(b []byte, r *Report) ([]byte, error) {
 	if len(r.Rules) > MaxRules || len(r.Node) > MaxNode {
 		return b, fmt.Errorf("%w: %d rules, node name of %d bytes", ErrFormat, len(r.Rules), len(r.Node))
 	}
-	for i := 1; i < len(r.Rules); i++ {
-		if r.Rules[i-1].ID >= r.Rules[i].ID {
+	values := 0
+	for i := range r.Rules {
+		if i > 0 && r.Rules[i-1].ID >= r.Rules[i].ID {
 			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
 		}
+		vs := r.Rules[i].Values
+		for j := 1; j < len(vs); j++ {
+			if vs[j-1].ID >= vs[j].ID {
+				return b, fmt.Errorf("%w: values not sorted by ID", ErrFormat)
+			}
+		}
+		values += len(vs)
+	}
+	if values > MaxValues {
+		return b, fmt.Errorf("%w: %d values, more than %d", ErrFormat, values, MaxValues)
 	}
 	start := len(b)
 	b = append(b, magic...)
@@ -159,6 +225,12 @@ func AppendReport(b []byte, r *Report) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, uint64(d.ID))
 		b = appendRate(b, d.Offered)
 		b = appendRate(b, d.Admitted)
+		b = binary.AppendUvarint(b, uint64(len(d.Values)))
+		for _, v := range d.Values {
+			b = binary.LittleEndian.AppendUint64(b, v.ID)
+			b = appendRate(b, v.Offered)
+			b = appendRate(b, v.Admitted)
+		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
@@ -168,10 +240,21 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 	if len(p.Rules) > MaxRules || len(p.Leader) > MaxNode {
 		return b, fmt.Errorf("%w: %d rules, leader name of %d bytes", ErrFormat, len(p.Rules), len(p.Leader))
 	}
-	for i := 1; i < len(p.Rules); i++ {
-		if p.Rules[i-1].ID >= p.Rules[i].ID {
+	values := 0
+	for i := range p.Rules {
+		if i > 0 && p.Rules[i-1].ID >= p.Rules[i].ID {
 			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
 		}
+		vs := p.Rules[i].Values
+		for j := 1; j < len(vs); j++ {
+			if vs[j-1].ID >= vs[j].ID {
+				return b, fmt.Errorf("%w: values not sorted by ID", ErrFormat)
+			}
+		}
+		values += len(vs)
+	}
+	if values > MaxValues {
+		return b, fmt.Errorf("%w: %d values, more than %d", ErrFormat, values, MaxValues)
 	}
 	start := len(b)
 	b = append(b, magic...)
@@ -190,6 +273,13 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 		b = appendDown(b, r.K)
 		b = appendDown(b, r.R)
 		b = appendRate(b, r.Admitted)
+		b = binary.AppendUvarint(b, uint64(len(r.Values)))
+		for _, v := range r.Values {
+			b = binary.LittleEndian.AppendUint64(b, v.ID)
+			b = appendDown(b, v.K)
+			b = appendDown(b, v.R)
+			b = appendRate(b, v.Admitted)
+		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
@@ -216,6 +306,17 @@ func DecodeReport(b []byte) (Report, error) {
 		r.Rules[i] = RuleDemand{ID: d.id(), Offered: d.rate(), Admitted: d.rate()}
 		if i > 0 && r.Rules[i-1].ID >= r.Rules[i].ID {
 			d.fail("rules not sorted by ID")
+		}
+		m := d.values()
+		if d.err == nil && m > 0 {
+			r.Rules[i].Values = make([]ValueDemand, m)
+		}
+		for j := 0; j < m && d.err == nil; j++ {
+			v := ValueDemand{ID: uint64(d.id()), Offered: d.rate(), Admitted: d.rate()}
+			if j > 0 && r.Rules[i].Values[j-1].ID >= v.ID {
+				d.fail("values not sorted by ID")
+			}
+			r.Rules[i].Values[j] = v
 		}
 	}
 	return r, d.close()
@@ -247,6 +348,20 @@ func DecodeParams(b []byte) (Params, error) {
 		}
 		if i > 0 && p.Rules[i-1].ID >= r.ID {
 			d.fail("rules not sorted by ID")
+		}
+		m := d.values()
+		if d.err == nil && m > 0 {
+			r.Values = make([]ValueParams, m)
+		}
+		for j := 0; j < m && d.err == nil; j++ {
+			v := ValueParams{ID: uint64(d.id()), K: d.rate(), R: d.rate(), Admitted: d.rate()}
+			if v.K > 1 || v.R > 1 {
+				d.fail("K or R above 1")
+			}
+			if j > 0 && r.Values[j-1].ID >= v.ID {
+				d.fail("values not sorted by ID")
+			}
+			r.Values[j] = v
 		}
 		p.Rules[i] = r
 	}
@@ -280,8 +395,9 @@ func appendDown(b []byte, v float64) []byte {
 
 // decoder reads a body; the first error sticks.
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	nvalues int
 }
 
 func open(b []byte, kind byte) (*decoder, error) {
@@ -356,6 +472,21 @@ func (d *decoder) count() int {
 		d.fail(fmt.Sprintf("%d rules, more than %d", v, MaxRules))
 		return 0
 	}
+	return int(v)
+}
+
+// values reads a rule's count of values, which with the values before it
+// must stay within MaxValues.
+func (d *decoder) values() int {
+	v := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if v > uint64(MaxValues-d.nvalues) {
+		d.fail(fmt.Sprintf("more than %d values", MaxValues))
+		return 0
+	}
+	d.nvalues += int(v)
 	return int(v)
 }
 

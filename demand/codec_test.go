@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -15,14 +16,17 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 func sampleReport() Report {
 	return Report{
 		Seq: 42, At: 1_780_000_000_123_456_789, Units: 3, Node: "node-a.dc1",
-		Rules: []RuleDemand{{ID: 7, Offered: 312.5, Admitted: 100}, {ID: RuleIDOf("edge/generic_key_cluster"), Offered: 0.25, Admitted: 0}},
+		Rules: []RuleDemand{
+			{ID: 7, Offered: 312.5, Admitted: 100, Values: []ValueDemand{{ID: 3, Offered: 300, Admitted: 90}, {ID: 1 << 60, Offered: 0, Admitted: 0}}},
+			{ID: RuleIDOf("edge/generic_key_cluster"), Offered: 0.25, Admitted: 0},
+		},
 	}
 }
 
 func sampleParams() Params {
 	return Params{
 		At: 1_780_000_001_000_000_000, Snapshot: 9001, Cutoff: 8990, Units: 4, Headroom: 0.1, Floor: 0.1, Leader: "node-b",
-		Rules: []RuleParams{{ID: 7, Limit: 400, K: 0.25, R: 0.0625, Admitted: 399.5}},
+		Rules: []RuleParams{{ID: 7, Limit: 400, K: 0.25, R: 0.0625, Admitted: 399.5, Values: []ValueParams{{ID: 3, K: 0.5, R: 0.125, Admitted: 380}}}},
 	}
 }
 
@@ -61,8 +65,10 @@ func TestCodecGolden(t *testing.T) {
 			t.Errorf("%s: encoding changed:\n got %x\nwant %x", name, got, want)
 		}
 	}
-	if len(rb) > 64 || len(pb) > 64 {
-		t.Errorf("a two-rule report is %d bytes and a one-rule parameter set %d: more than the 64 each should take", len(rb), len(pb))
+	// A rule takes 8 bytes of ID, 4 per figure and a byte of value count;
+	// a value 8 and 4 per figure.
+	if len(rb) > 100 || len(pb) > 84 {
+		t.Errorf("a two-rule report with two values is %d bytes and a one-rule parameter set with one value %d: more than 100 and 84", len(rb), len(pb))
 	}
 }
 
@@ -81,7 +87,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", got, r)
 	}
 	for i := range r.Rules {
-		if got.Rules[i] != r.Rules[i] { // the sample's rates are exact in float32
+		if !reflect.DeepEqual(got.Rules[i], r.Rules[i]) { // the sample's rates are exact in float32
 			t.Errorf("rule %d: %+v, want %+v", i, got.Rules[i], r.Rules[i])
 		}
 	}
@@ -98,7 +104,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gp.At != p.At || gp.Snapshot != p.Snapshot || gp.Cutoff != p.Cutoff || gp.Units != p.Units || gp.Leader != p.Leader || len(gp.Rules) != 1 || gp.Rules[0] != p.Rules[0] {
+	if gp.At != p.At || gp.Snapshot != p.Snapshot || gp.Cutoff != p.Cutoff || gp.Units != p.Units || gp.Leader != p.Leader || len(gp.Rules) != 1 || !reflect.DeepEqual(gp.Rules[0], p.Rules[0]) {
 		t.Errorf("round trip: %+v, want %+v", gp, p)
 	}
 	if math.Abs(gp.Headroom-0.1) > 1e-7 || gp.Headroom > 0.1 || gp.Floor > 0.1 {
@@ -168,10 +174,23 @@ func TestCodecRejects(t *testing.T) {
 	if _, err := AppendReport(nil, &long); !errors.Is(err, ErrFormat) {
 		t.Errorf("long node: %v", err)
 	}
-	// The largest legal report fits MaxSize.
+	unsortedValues := Report{Rules: []RuleDemand{{ID: 1, Values: []ValueDemand{{ID: 5}, {ID: 5}}}}}
+	if _, err := AppendReport(nil, &unsortedValues); !errors.Is(err, ErrFormat) {
+		t.Errorf("duplicate values: %v", err)
+	}
+	// The largest legal report and parameter set fit MaxSize; one value
+	// more is refused by the encoder.
 	big := Report{Seq: math.MaxUint64, At: math.MinInt64, Units: math.MaxUint32, Node: string(make([]byte, MaxNode))}
+	bigP := Params{At: math.MinInt64, Snapshot: math.MaxUint64, Cutoff: math.MaxUint64, Units: math.MaxUint32, Leader: string(make([]byte, MaxNode))}
 	for i := range MaxRules {
-		big.Rules = append(big.Rules, RuleDemand{ID: RuleID(i), Offered: math.MaxFloat32, Admitted: 1})
+		rd := RuleDemand{ID: RuleID(i), Offered: math.MaxFloat32, Admitted: 1}
+		rp := RuleParams{ID: RuleID(i), Limit: math.MaxFloat32, K: 1, R: 1}
+		for j := range MaxValues / MaxRules {
+			rd.Values = append(rd.Values, ValueDemand{ID: math.MaxUint64 - uint64(MaxValues-j), Offered: math.MaxFloat32, Admitted: math.MaxFloat32})
+			rp.Values = append(rp.Values, ValueParams{ID: math.MaxUint64 - uint64(MaxValues-j), K: 1, R: 1, Admitted: math.MaxFloat32})
+		}
+		big.Rules = append(big.Rules, rd)
+		bigP.Rules = append(bigP.Rules, rp)
 	}
 	b, err := AppendReport(nil, &big)
 	if err != nil || len(b) > MaxSize {
@@ -179,6 +198,16 @@ func TestCodecRejects(t *testing.T) {
 	}
 	if _, err := DecodeReport(b); err != nil {
 		t.Errorf("largest report: %v", err)
+	}
+	if b, err = AppendParams(nil, &bigP); err != nil || len(b) > MaxSize {
+		t.Fatalf("largest parameter set: %d bytes (max %d), %v", len(b), MaxSize, err)
+	}
+	if _, err := DecodeParams(b); err != nil {
+		t.Errorf("largest parameter set: %v", err)
+	}
+	big.Rules[0].Values = append(big.Rules[0].Values, ValueDemand{ID: math.MaxUint64})
+	if _, err := AppendReport(nil, &big); !errors.Is(err, ErrFormat) {
+		t.Errorf("%d values: %v, want ErrFormat", MaxValues+1, err)
 	}
 }
 

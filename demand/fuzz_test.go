@@ -38,11 +38,16 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("params %+v re-encode to %x (%v), decoded from %x", par, again, err, b)
 			}
 			for i := range par.Rules {
-				rule := par.Rule(&par.Rules[i])
+				rules := []Rule{par.Rule(&par.Rules[i])}
+				for j := range par.Rules[i].Values {
+					rules = append(rules, par.ValueRule(&par.Rules[i], &par.Rules[i].Values[j]))
+				}
 				// Any replica's share is at most L, whatever it claims.
-				for _, d := range []float64{0, 1, rule.Limit, math.MaxFloat64} {
-					if g, ok := Share(rule, 1, d, false, 1); ok && g > rule.Limit {
-						t.Fatalf("share %v > L %v from %+v", g, rule.Limit, rule)
+				for _, rule := range rules {
+					for _, d := range []float64{0, 1, rule.Limit, math.MaxFloat64} {
+						if g, ok := Share(rule, 1, d, false, 1); ok && g > rule.Limit {
+							t.Fatalf("share %v > L %v from %+v", g, rule.Limit, rule)
+						}
 					}
 				}
 			}

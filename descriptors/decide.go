@@ -38,6 +38,9 @@ type Status struct {
 	// in its own status, but refuses the request only together with every
 	// other quota descriptor of the request.
 	Quota bool
+	// hot is the hot value whose bucket the descriptor used, if any: a
+	// give-back must go to the same bucket.
+	hot *HotValue
 }
 
 // installed is a Set with the per-rule hashes the store keys start from.
@@ -95,7 +98,6 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 	if in.set.hasReplaces {
 		markReplaced(out)
 	}
-	wt := e.weights[sl.group].Load()
 	quotaAll := e.quota.Load()
 	overall := OK
 	quotas, quotasOver := 0, 0
@@ -124,20 +126,29 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 			req.OverflowKey = in.overflow[st.Rule.id]
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
-		w := wt
 		var dr *DemandRule
-		if req.Group = sl.group; lim.share == ShareReplica {
-			w, req.Group = e.weights[replicaGroup].Load(), replicaGroup
-		} else if in.demand != nil && st.Rule != nil && !st.Override {
-			if dr = in.demand[st.Rule.id]; dr != nil {
-				w, req.Group = e.weights[dr.group].Load(), dr.group
-			}
+		if in.demand != nil && st.Rule != nil && !st.Override && lim.share != ShareReplica {
+			dr = in.demand[st.Rule.id]
 		}
+		if dr != nil && dr.hot != nil {
+			drawn := 0.0 // only draws are candidates' demand
+			if op == bucket.Draw {
+				drawn = n
+			}
+			st.hot = dr.hotValue(st.Rule, d.Entries, req.Key, drawn)
+		}
+		w := e.route(&req, sl.group, lim, dr, st.hot)
 		res, ovf := e.store.Do(req, w, now)
 		if dr != nil && op == bucket.Draw {
 			dr.offered.Add(uint64(n))
+			if st.hot != nil {
+				st.hot.offered.Add(uint64(n))
+			}
 			if res.OK {
 				dr.admitted.Add(uint64(n))
+				if st.hot != nil {
+					st.hot.admitted.Add(uint64(n))
+				}
 			}
 		}
 		st.Overflow = ovf
@@ -174,30 +185,31 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 // request answered OVER_LIMIT anyway: holding that answer would only delay a
 // refusal, and the reservation would spend tokens on a request that never
 // passes.
-func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, group uint8, now int64) {
+func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, group uint16, now int64) {
 	for i := range out {
 		st := &out[i]
 		if st.Wait == 0 {
 			continue
 		}
 		_, n := operation(descs[i], hits)
-		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n, Group: group}
-		if st.Limit.share == ShareReplica {
-			req.Group = replicaGroup
-		} else if in.demand != nil && st.Rule != nil && !st.Override {
-			if dr := in.demand[st.Rule.id]; dr != nil {
-				req.Group = dr.group
-				// The draw was counted as admitted; it was not.
-				dr.admitted.Add(^uint64(uint64(n) - 1))
-			}
-		}
-		wt := e.weights[req.Group].Load()
+		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n}
 		switch {
 		case st.Override:
 			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
 		default:
 			req.Key, req.OverflowKey = e.ruleKey(in, st.Rule, descs[i].Entries), in.overflow[st.Rule.id]
 		}
+		var dr *DemandRule
+		if in.demand != nil && st.Rule != nil && !st.Override && st.Limit.share != ShareReplica {
+			if dr = in.demand[st.Rule.id]; dr != nil {
+				// The draw was counted as admitted; it was not.
+				dr.admitted.Add(^uint64(uint64(n) - 1))
+				if st.hot != nil {
+					st.hot.admitted.Add(^uint64(uint64(n) - 1))
+				}
+			}
+		}
+		wt := e.route(&req, group, st.Limit, dr, st.hot)
 		if st.Overflow {
 			req.Key = req.OverflowKey
 		}
@@ -205,6 +217,26 @@ func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.Rat
 		st.Wait, st.Reset = 0, res.Reset
 		st.Remaining = remaining(res.Tokens, wt.W, st.Limit.burst)
 	}
+}
+
+// route sends req, keyed to the usual bucket of its rule (or override), to
+// the bucket and weight group it lives by, and returns the weight: the
+// domain's group, 1 for share: replica, a demand rule's own group, or a hot
+// value's group and bucket, which starts no fuller than the usual one.
+func (e *Engine) route(req *bucket.Request, domainGroup uint16, lim *Limit, dr *DemandRule, hv *HotValue) *bucket.Weight {
+	switch {
+	case lim.share == ShareReplica:
+		req.Group = replicaGroup
+	case hv != nil:
+		req.From, req.FromWeight = req.Key, e.weights[domainGroup].Load()
+		req.Key, req.OverflowKey = mix(req.Key, hv.salt), mix(req.OverflowKey, hv.salt)
+		req.Group = hv.group
+	case dr != nil:
+		req.Group = dr.group
+	default:
+		req.Group = domainGroup
+	}
+	return e.weights[req.Group].Load()
 }
 
 // operation is what descriptor d asks of its bucket: hits tokens (its own

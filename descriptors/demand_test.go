@@ -72,9 +72,9 @@ func TestDemandRuleHasItsOwnGroup(t *testing.T) {
 	}
 }
 
-// TestShareModeDemand: --share-mode demand shares every cluster limit of a
-// rule with one bucket by demand, and leaves per-value rules and share:
-// replica limits alone.
+// TestShareModeDemand: --share-mode demand shares every cluster limit by
+// demand, per-value ones value by value, and leaves share: replica limits
+// alone; a per-value rule's values keep the equal share until they are hot.
 func TestShareModeDemand(t *testing.T) {
 	e := NewEngine(demandSet(t, "  - key: guard\n    value: g\n    rate_limit: {unit: second, requests_per_unit: 10, share: replica}\n"), 0.5, bucket.NewStore(0))
 	e.SetShareMode(true)
@@ -82,8 +82,11 @@ func TestShareModeDemand(t *testing.T) {
 	for _, b := range e.DemandRules() {
 		paths = append(paths, b.Rule.Path())
 	}
-	if len(paths) != 2 || paths[0] != "a.hot_x" || paths[1] != "a.fixed_x" {
-		t.Fatalf("demand rules under --share-mode demand: %v, want a.hot_x and a.fixed_x", paths)
+	if len(paths) != 3 || paths[0] != "a.hot_x" || paths[1] != "a.fixed_x" || paths[2] != "a.client" {
+		t.Fatalf("demand rules under --share-mode demand: %v, want a.hot_x, a.fixed_x and a.client", paths)
+	}
+	if d := demandOf(t, e, "a.client"); !d.PerValue() || d.Group() != d.DomainGroup() {
+		t.Fatalf("per-value demand rule: per value %v, group %d, domain group %d", d.PerValue(), d.Group(), d.DomainGroup())
 	}
 	if got := admitted(t, e, "a", desc("client=c1"), 200, 0); got != 50 {
 		t.Errorf("per-value rule admitted %d, want its equal share 50", got)

@@ -23,7 +23,6 @@ type ruleDraft struct {
 	*Rule
 	ok                         bool
 	keyNode, subNode, shareKey *yaml.Node
-	shareNode                  *yaml.Node // rate_limit.share's value
 }
 
 func (p *parser) descriptor(n *yaml.Node, path, domain string, parent *Rule, depth int) *Rule {
@@ -39,10 +38,6 @@ func (p *parser) descriptor(n *yaml.Node, path, domain string, parent *Rule, dep
 	}
 	r.path = prefix + "." + composite(r.key, r.value)
 	r.varying = append(append([]bool(nil), pvary...), r.kind == KeyOnly || (r.kind == Wildcard && !r.shareThreshold))
-	if r.limit != nil && r.limit.share == ShareDemand && r.PerValue() {
-		p.errorf(d.shareNode, path+".rate_limit.share", "share: demand needs a rule with one bucket; %s has a bucket per value (a key without a value, or a wildcard without share_threshold)", r.path)
-		d.ok = false
-	}
 	r.children = level{byKey: map[string]*keyGroup{}}
 	if d.subNode != nil {
 		r.children = p.descriptors(d.subNode, path+".descriptors", domain, r, depth+1)
@@ -63,7 +58,7 @@ func (p *parser) descriptorField(d *ruleDraft, key string, k, v *yaml.Node, fp s
 	case "descriptors":
 		d.subNode = v
 	case "rate_limit":
-		r.limit, d.shareNode = p.limit(v, fp), mappingValue(v, "share")
+		r.limit = p.limit(v, fp)
 		d.ok = d.ok && r.limit != nil
 	case "shadow_mode":
 		r.shadowMode = p.boolean(v, fp)
@@ -164,17 +159,4 @@ func kindOf(value string) MatchKind {
 		return Wildcard
 	}
 	return Exact
-}
-
-// mappingValue is the value of key in mapping n, or nil.
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }

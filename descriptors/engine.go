@@ -28,7 +28,7 @@ type installed struct {
 // divides its limits.
 type slot struct {
 	dom   *Domain
-	group uint8
+	group uint16
 }
 
 // Weight groups. Every domain's limits are divided by the weight of one
@@ -40,9 +40,11 @@ const (
 	replicaGroup = 0
 	// DefaultGroup divides the limits of every domain not given to another.
 	DefaultGroup = 1
-	// MaxGroups bounds the groups, DefaultGroup included. A bucket records
-	// its group in one byte.
-	MaxGroups = 255
+	// MaxGroups bounds the groups, DefaultGroup included: one per
+	// membership view, one per demand-shared rule with one bucket, and one
+	// per hot value of a per-value demand rule (up to --demand-top-keys of
+	// each). A bucket records its group in two bytes of its padding.
+	MaxGroups = 4095
 )
 
 // ErrGroup marks a weight group that cannot be added.
@@ -56,9 +58,9 @@ type Engine struct {
 	// weights[g] is group g's weight, nil past the last group;
 	// weights[replicaGroup] never changes.
 	weights   [MaxGroups + 1]atomic.Pointer[bucket.Weight]
-	groups    atomic.Int32                     // groups in use, replicaGroup included
-	groupOf   atomic.Pointer[map[string]uint8] // domain -> group, DefaultGroup when absent; copied on write
-	swapMu    sync.Mutex                       // serialises Swap and AddGroup
+	groups    atomic.Int32                      // groups in use, replicaGroup included
+	groupOf   atomic.Pointer[map[string]uint16] // domain -> group, DefaultGroup when absent; copied on write
+	swapMu    sync.Mutex                        // serialises Swap and AddGroup
 	store     *bucket.Store
 	seed      maphash.Seed
 	overrides atomic.Pointer[map[overrideSpec]*Limit]
@@ -72,6 +74,8 @@ type Engine struct {
 	// swapMu. A nil entry is an identity that found no free group and is
 	// divided by its domain's group for the engine's life.
 	demandOf atomic.Pointer[map[string]*DemandRule]
+	// topKeys is --demand-top-keys.
+	topKeys atomic.Int32
 }
 
 // DemandRule is the engine's state for one rule shared by demand: the weight
@@ -80,24 +84,29 @@ type Engine struct {
 // life, across reloads that keep the rule's identity.
 type DemandRule struct {
 	identity    string
-	group       uint8
-	domainGroup uint8
+	rid         uint64
+	group       uint16
+	domainGroup uint16
 	offered     atomic.Uint64
 	admitted    atomic.Uint64
+	// hot is a per-value rule's hot values (hot.go); nil for a rule with
+	// one bucket.
+	hot *hotState
 }
 
 // Identity is the rule's identity: its domain, path and limit. Replicas with
 // the same config give the same rule the same identity.
 func (d *DemandRule) Identity() string { return d.identity }
 
-// Group is the weight group the rule's bucket uses.
+// Group is the weight group the rule's bucket uses: for a per-value rule,
+// its domain's, which its values that are not hot use.
 func (d *DemandRule) Group() int { return int(d.group) }
 
 // DomainGroup is the group of the rule's domain: its equal share.
 func (d *DemandRule) DomainGroup() int { return int(d.domainGroup) }
 
-// Counts are the tokens the rule's bucket was asked for and gave since the
-// rule was first installed.
+// Counts are the tokens the rule's bucket (or, per value, all its buckets)
+// was asked for and gave since the rule was first installed.
 func (d *DemandRule) Counts() (offered, admitted uint64) {
 	return d.offered.Load(), d.admitted.Load()
 }
@@ -108,9 +117,8 @@ type DemandBinding struct {
 	State *DemandRule
 }
 
-// SetShareMode makes every limit shared by cluster (the default share) of a
-// rule with one bucket shared by demand (demand true), or only those that say
-// share: demand. It must be called before the engine serves: a bucket's group
+// SetShareMode makes every limit shared by cluster (the default share)
+// shared by demand (demand true), or only those that say share: demand. It must be called before the engine serves: a bucket's group
 // is fixed for its life.
 func (e *Engine) SetShareMode(demand bool) {
 	e.swapMu.Lock()
@@ -134,7 +142,7 @@ func (e *Engine) DemandRules() []DemandBinding {
 // sharedByDemand reports whether r's limit is divided by demand.
 func (e *Engine) sharedByDemand(r *Rule) bool {
 	l := r.limit
-	if l == nil || l.unlimited || l.params.Blocked() || r.PerValue() {
+	if l == nil || l.unlimited || l.params.Blocked() || (r.PerValue() && e.topKeys.Load() == 0) {
 		return false
 	}
 	return l.share == ShareDemand || (l.share == ShareCluster && e.demandAll.Load())
@@ -148,9 +156,10 @@ func NewEngine(set *Set, w float64, store *bucket.Store) *Engine {
 	e.weights[replicaGroup].Store(bucket.InitialWeight(1))
 	e.weights[DefaultGroup].Store(bucket.InitialWeight(w))
 	e.groups.Store(DefaultGroup + 1)
-	e.groupOf.Store(&map[string]uint8{})
+	e.groupOf.Store(&map[string]uint16{})
 	e.overrides.Store(&map[overrideSpec]*Limit{})
 	e.demandOf.Store(&map[string]*DemandRule{})
+	e.topKeys.Store(DefaultTopKeys)
 	if set == nil {
 		set = Empty()
 	}
@@ -180,7 +189,7 @@ func (e *Engine) AddGroup(domains []string, w float64) (int, error) {
 			return 0, fmt.Errorf("%w: domain %q is empty or already in a group", ErrGroup, d)
 		}
 	}
-	g := uint8(n)
+	g := uint16(n)
 	e.weights[g].Store(bucket.InitialWeight(w))
 	e.groups.Store(int32(n + 1))
 	groupOf := maps.Clone(old)
@@ -241,8 +250,13 @@ func (e *Engine) bindDemand(in *installed) {
 				states = maps.Clone(old)
 			}
 			dg := in.domains[r.domain].group
-			if n := int(e.groups.Load()); n <= MaxGroups {
-				d = &DemandRule{identity: r.identity, group: uint8(n), domainGroup: dg}
+			if r.PerValue() {
+				// Its values that are not hot stay in the domain's group;
+				// hot ones take groups as they heat (SetHot).
+				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: dg, domainGroup: dg,
+					hot: &hotState{top: &e.topKeys}}
+			} else if n := int(e.groups.Load()); n <= MaxGroups {
+				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: uint16(n), domainGroup: dg}
 				e.weights[n].Store(bucket.InitialWeight(e.weights[dg].Load().W))
 				e.groups.Store(int32(n + 1))
 			}

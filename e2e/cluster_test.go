@@ -359,6 +359,7 @@ type rlconfig struct {
 			Leader  string `json:"leader"`
 			Rules   []struct {
 				Rule    string  `json:"rule"`
+				Value   string  `json:"value"`
 				Offered float64 `json:"offered_per_second"`
 				Share   float64 `json:"share"`
 				Equal   float64 `json:"equal_share"`
@@ -366,6 +367,7 @@ type rlconfig struct {
 			} `json:"rules"`
 			Division []struct {
 				Rule  string  `json:"rule"`
+				Value string  `json:"value"`
 				Node  string  `json:"node"`
 				Share float64 `json:"share"`
 			} `json:"division"`

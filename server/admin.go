@@ -67,7 +67,10 @@ type DemandStatus struct {
 
 // DemandReplica is one replica in the leader's last division of a rule.
 type DemandReplica struct {
-	Rule     string  `json:"rule"`
+	Rule string `json:"rule"`
+	// Value is a per-value rule's hot value ("key=value, ..." as a request
+	// named it, or its ID); "" for a rule with one bucket.
+	Value    string  `json:"value,omitempty"`
 	Node     string  `json:"node"`
 	Units    uint32  `json:"units"`
 	Offered  float64 `json:"offered_per_second"`
@@ -78,7 +81,10 @@ type DemandReplica struct {
 
 // DemandRule is one demand-shared rule on this replica.
 type DemandRule struct {
-	Rule     string  `json:"rule"`
+	Rule string `json:"rule"`
+	// Value is set on the rows of a per-value rule's hot values; the row of
+	// the rule itself (every other value, at the equal share) has none.
+	Value    string  `json:"value,omitempty"`
 	Offered  float64 `json:"offered_per_second"`  // smoothed, this replica
 	Admitted float64 `json:"admitted_per_second"` // smoothed, this replica
 	Share    float64 `json:"share"`               // the weight in force
@@ -372,16 +378,25 @@ func writeView(w io.Writer, label string, v View) {
 		fmt.Fprintf(w, "\n  demand: leading=%t leader=%q params_age=%.1fs stale=%t writes=%d write_errors=%d",
 			d.Leading, d.Leader, d.ParamsAgeSeconds, d.Stale, d.Writes, d.Errors)
 		for _, r := range d.Rules {
-			fmt.Fprintf(w, "\n  demand %s: offered=%.4g/s admitted=%.4g/s share=%s equal=%s cluster_admitted_ratio=%.3f",
-				r.Rule, r.Offered, r.Admitted, trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
+			fmt.Fprintf(w, "\n  demand %s%s: offered=%.4g/s admitted=%.4g/s share=%s equal=%s cluster_admitted_ratio=%.3f",
+				r.Rule, valueSuffix(r.Value), r.Offered, r.Admitted, trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
 		}
 		for _, r := range d.Division {
-			fmt.Fprintf(w, "\n  divided %s: node=%s units=%d offered=%.4g/s admitted=%.4g/s share=%s", r.Rule, r.Node, r.Units, r.Offered, r.Admitted, trimFloat(r.Share, 6))
+			fmt.Fprintf(w, "\n  divided %s%s: node=%s units=%d offered=%.4g/s admitted=%.4g/s share=%s", r.Rule, valueSuffix(r.Value), r.Node, r.Units, r.Offered, r.Admitted, trimFloat(r.Share, 6))
 			if r.Absent {
 				w.Write([]byte(" absent"))
 			}
 		}
 	}
+}
+
+// valueSuffix names a hot value after its rule's path, quoted (it comes
+// from a request); "" for a rule with one bucket.
+func valueSuffix(v string) string {
+	if v == "" {
+		return ""
+	}
+	return " value " + strconv.Quote(v)
 }
 
 // trimFloat formats f with at most prec significant digits, as /rlconfig and

@@ -62,12 +62,12 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 {{with $v.Demand}}<p>Shares by demand: {{if .Leading}}this replica divides{{else if .Leader}}divided by {{.Leader}}{{else}}no division yet{{end}}{{if .Leader}}, parameters {{printf "%.1f" .ParamsAgeSeconds}} s old{{if .Stale}} (stale: equal shares){{end}}{{end}}; {{.Writes}} reports written, {{.Errors}} failed.</p>
 <table class="demand">
 <tr><th>rule</th><th>offered here</th><th>admitted here</th><th>share here</th><th>equal share</th><th>cluster admitted ÷ L</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{num .Share}} ({{pct .Share}})</td><td class="num">{{num .Equal}}</td><td class="num">{{printf "%.3f" .ClusterAdmittedRatio}}</td></tr>
+{{range .Rules}}<tr><td>{{.Rule}}{{if .Value}} value <code>{{.Value}}</code>{{end}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{num .Share}} ({{pct .Share}})</td><td class="num">{{num .Equal}}</td><td class="num">{{printf "%.3f" .ClusterAdmittedRatio}}</td></tr>
 {{end}}</table>
-{{if .Division}}<p>This replica leads: its last division, every replica's demand and share (busiest first, at most 64 per rule).</p>
+{{if .Division}}<p>This replica leads: its last division, every replica's demand and share (busiest first, at most 64 per rule; for a per-value rule, per hot value, the busiest values first).</p>
 <table class="division">
 <tr><th>rule</th><th>node</th><th>units</th><th>offered</th><th>admitted</th><th>share</th></tr>
-{{range .Division}}<tr><td>{{.Rule}}</td><td>{{.Node}}</td><td class="num">{{.Units}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{if .Absent}}equal (no report){{else}}{{num .Share}} ({{pct .Share}}){{end}}</td></tr>
+{{range .Division}}<tr><td>{{.Rule}}{{if .Value}} value <code>{{.Value}}</code>{{end}}</td><td>{{.Node}}</td><td class="num">{{.Units}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{if .Absent}}equal (no report){{else}}{{num .Share}} ({{pct .Share}}){{end}}</td></tr>
 {{end}}</table>{{end}}
 {{end}}{{end}}<h2>Config</h2>
 <table id="config">

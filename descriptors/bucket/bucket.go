@@ -99,7 +99,7 @@ type State struct {
 	// group is the weight history the bucket lives by, as a Store keeps it
 	// (Request.Group): the sweeper judges it by that group's weight, never
 	// another's. It sits in padding, so it costs no memory.
-	group uint8
+	group uint16
 }
 
 // Full returns a bucket that starts full at now.

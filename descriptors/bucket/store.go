@@ -94,7 +94,14 @@ type Request struct {
 	// Group names the weight history wt belongs to, for the sweeper: a bucket
 	// must always be used with the same group, since its Epoch counts that
 	// group's changes. Stores with one weight leave it 0.
-	Group uint8
+	Group uint16
+	// From, when FromWeight is set, is another bucket of the same limit that
+	// Key takes over from: a missing Key starts no fuller than From is now,
+	// judged at FromWeight (the weight From lives by). A key that moves to a
+	// bucket of its own (a value that became hot) so carries its debt along
+	// instead of starting with a fresh burst.
+	From       uint64
+	FromWeight *Weight
 }
 
 // Do applies r at now with weight wt. A missing bucket is full, and it is
@@ -164,15 +171,64 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, f
 // fill can only be tighter, for that key and for any other that arrives while
 // the overflow bucket is in use.
 func (s *Store) debt(r *Request, wt *Weight, now int64) float64 {
-	sh := &s.shards[r.OverflowKey%shardCount]
+	fill := s.fillOf(r.OverflowKey, r.Params, wt, now)
+	if r.FromWeight != nil {
+		fill = min(fill, s.fillOf(r.From, r.Params, r.FromWeight, now))
+	}
+	return fill
+}
+
+// fillOf is the fill of the bucket at key brought up to now at wt, without
+// changing it; 1 when it is missing.
+func (s *Store) fillOf(key uint64, p *Params, wt *Weight, now int64) float64 {
+	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[r.OverflowKey]
+	e, ok := sh.m[key]
 	sh.mu.Unlock()
 	if !ok {
 		return 1
 	}
-	e.advance(r.Params, wt, now) // a copy: the overflow bucket is not changed
+	e.advance(p, wt, now) // a copy: the bucket is not changed
 	return min(1, e.Fill)
+}
+
+// Move hands the bucket at from (living by fromW) over to the bucket at to,
+// which lives by toW in group toGroup: to ends no fuller than from is now,
+// and from is dropped. A missing from changes nothing; a missing to is
+// created at from's fill unless that is full. The place from held in the
+// store passes to to, so a move never needs room. It is how a key that had
+// a bucket of its own (a hot value) goes back to its usual bucket without
+// a fresh burst there.
+func (s *Store) Move(from uint64, fromW *Weight, to uint64, toW *Weight, toGroup uint16, now int64) {
+	sh := &s.shards[from%shardCount]
+	sh.mu.Lock()
+	src, ok := sh.m[from]
+	if ok {
+		delete(sh.m, from)
+	}
+	sh.mu.Unlock()
+	if !ok {
+		return
+	}
+	p := src.params()
+	src.advance(&p, fromW, now)
+	dh := &s.shards[to%shardCount]
+	dh.mu.Lock()
+	defer dh.mu.Unlock()
+	dst, ok := dh.m[to]
+	switch {
+	case ok:
+		dst.advance(&p, toW, now)
+		dst.Fill = min(dst.Fill, src.Fill)
+		dh.m[to] = dst
+		s.live.Add(-1)
+	case src.Fill < 1:
+		dst = src
+		dst.Last, dst.Epoch, dst.group = max(src.Last, now), toW.Epoch, toGroup
+		dh.m[to] = dst
+	default:
+		s.live.Add(-1)
+	}
 }
 
 // reserve counts one more bucket if fewer than limit are held. It is exact

@@ -134,7 +134,7 @@ func TestEntryStays32Bytes(t *testing.T) {
 func TestSweepGroupsKeepsUnknownGroups(t *testing.T) {
 	s := NewStore(0)
 	p := &Params{Rate: 1, Size: 10}
-	for g := range uint8(3) {
+	for g := range uint16(3) {
 		s.Do(Request{Key: uint64(g), Params: p, Op: Draw, N: 1, Group: g}, InitialWeight(1), 0)
 	}
 	weights := []*Weight{InitialWeight(1), nil} // group 1: none; group 2: past the end

@@ -1,0 +1,365 @@
+package descriptors
+
+import (
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+// Hot values. A rule with a bucket per value (a per-IP limit, say) is shared
+// by demand value by value, but only for its hottest values: the demand
+// controller makes at most --demand-top-keys values of each such rule hot,
+// and every other value keeps its equal share. A hot value has a weight
+// group of its own (a slot, reused when the value cools) and a bucket of
+// its own, keyed by its usual bucket and the slot's generation. The bucket
+// starts no fuller than the usual one (Request.From) and, when the value
+// cools, hands its debt back to it (Store.Move): becoming hot or cold hands
+// out no burst.
+//
+// Which values are hot is the cluster's decision, so a value is named the
+// same way in every replica: ValueID, FNV-1a of the rule's RuleID and the
+// values that pick the bucket. The store's keys stay seeded per process; a
+// crafted collision of value IDs only makes two values follow one division
+// of L, each with a bucket of its own, so the sum over replicas of either
+// still stays within L.
+
+// DefaultTopKeys is --demand-top-keys: the values of each per-value demand
+// rule that can be hot at once.
+const DefaultTopKeys = 64
+
+// MaxTopKeys bounds --demand-top-keys.
+const MaxTopKeys = 1024
+
+// CandidateSampling: one draw in this many on a value that is not hot is
+// counted towards the rule's candidates, so finding the hot values costs a
+// lock on one request in 16, not on each.
+const CandidateSampling = 16
+
+// candidatesPerKey: a rule's candidate tracker holds this many values per
+// hot slot. It is a Misra-Gries summary: any value drawing more than
+// 1/(capacity+1) of the sampled tokens since the last take is in it.
+const candidatesPerKey = 4
+
+// HotValue is one hot value of a per-value demand rule on this replica: its
+// weight group and its meter. It is created by SetHot and read by the
+// demand controller; Decide counts into it.
+type HotValue struct {
+	id    uint64
+	group uint16
+	salt  uint64
+	// key is the value's usual bucket, recorded by the first request that
+	// used the hot bucket: where the debt goes back when the value cools.
+	key      atomic.Uint64
+	label    atomic.Pointer[string]
+	offered  atomic.Uint64
+	admitted atomic.Uint64
+}
+
+// ID is the value's ValueID.
+func (h *HotValue) ID() uint64 { return h.id }
+
+// Group is the weight group of the value's bucket.
+func (h *HotValue) Group() int { return int(h.group) }
+
+// Counts are the tokens the value's hot bucket was asked for and gave since
+// it became hot.
+func (h *HotValue) Counts() (offered, admitted uint64) { return h.offered.Load(), h.admitted.Load() }
+
+// Label is the value as the first request that used the hot bucket named
+// it ("key=value, ..."), or "" before any did. It comes from a request:
+// escape it wherever it is shown.
+func (h *HotValue) Label() string {
+	if l := h.label.Load(); l != nil {
+		return *l
+	}
+	return ""
+}
+
+// hotSlot is a weight group a rule's hot values take turns in. gen counts
+// its values, so each gets buckets no earlier value used.
+type hotSlot struct {
+	group uint16
+	gen   uint32
+}
+
+// hotState is a per-value demand rule's hot values and candidates.
+type hotState struct {
+	set    atomic.Pointer[map[uint64]*HotValue] // read by Decide; copied on write
+	mu     sync.Mutex                           // guards what follows, and SetHot
+	slots  []hotSlot                            // every slot the rule ever took
+	free   []int                                // indices into slots not in use
+	counts map[uint64]uint64                    // Misra-Gries summary of sampled tokens
+	top    *atomic.Int32                        // the engine's top-keys
+}
+
+// sample counts n tokens of value id, sampled, into the rule's candidates.
+func (h *hotState) sample(id uint64, n uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.counts == nil {
+		h.counts = make(map[uint64]uint64)
+	}
+	capa := candidatesPerKey * int(h.top.Load())
+	if _, ok := h.counts[id]; ok || len(h.counts) < capa {
+		h.counts[id] += n
+		return
+	}
+	// Full: take the smallest count (or n) off every value, the newcomer
+	// included, and drop those at zero (Misra-Gries, weighted).
+	dec := n
+	for _, c := range h.counts {
+		dec = min(dec, c)
+	}
+	for k, c := range h.counts {
+		if c <= dec {
+			delete(h.counts, k)
+		} else {
+			h.counts[k] = c - dec
+		}
+	}
+	if n > dec && len(h.counts) < capa {
+		h.counts[id] = n - dec
+	}
+}
+
+// Candidates returns, and forgets, the sampled token counts of the rule's
+// values that were not hot since the last call: each count is about
+// 1/CandidateSampling of the value's tokens. Nil for a rule shared by
+// demand with one bucket.
+func (d *DemandRule) Candidates() map[uint64]uint64 {
+	if d.hot == nil {
+		return nil
+	}
+	d.hot.mu.Lock()
+	defer d.hot.mu.Unlock()
+	c := d.hot.counts
+	d.hot.counts = nil
+	return c
+}
+
+// PerValue reports whether the rule has a bucket per value: its hot values
+// are shared by demand, the rest keep the equal share.
+func (d *DemandRule) PerValue() bool { return d.hot != nil }
+
+// RuleID is the rule's name across replicas: FNV-1a of its identity.
+func (d *DemandRule) RuleID() uint64 { return d.rid }
+
+// HotValues returns the rule's hot values, in no particular order.
+func (d *DemandRule) HotValues() []*HotValue {
+	if d.hot == nil {
+		return nil
+	}
+	set := d.hot.set.Load()
+	if set == nil {
+		return nil
+	}
+	out := make([]*HotValue, 0, len(*set))
+	for _, h := range *set {
+		out = append(out, h)
+	}
+	return out
+}
+
+// SetHot makes exactly ids (up to the engine's top-keys) the hot values of
+// per-value demand rule d, at now on the engine's clock. A value that stays
+// hot keeps its group and meter. A new one takes a free slot, or a new
+// group while the rule has fewer than top-keys slots and groups are left;
+// its group starts at the rule's equal share. A value that is no longer hot
+// hands its bucket's debt back to its usual bucket. It returns the hot
+// values; a value that found no group stays at its equal share and is not
+// among them.
+func (e *Engine) SetHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
+	if d == nil || d.hot == nil {
+		return nil
+	}
+	h := d.hot
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var old map[uint64]*HotValue
+	if p := h.set.Load(); p != nil {
+		old = *p
+	}
+	top := int(e.topKeys.Load())
+	next := make(map[uint64]*HotValue, min(len(ids), top))
+	for _, id := range ids {
+		if len(next) >= top {
+			break
+		}
+		if hv := old[id]; hv != nil {
+			next[id] = hv
+		}
+	}
+	var gone []*HotValue
+	for id, hv := range old {
+		if next[id] == nil {
+			gone = append(gone, hv)
+		}
+	}
+	// Slots of values that cooled are free again, with a new generation.
+	for _, hv := range gone {
+		for i := range h.slots {
+			if h.slots[i].group == hv.group {
+				h.slots[i].gen++
+				h.free = append(h.free, i)
+			}
+		}
+	}
+	equal := e.weights[d.domainGroup].Load().W
+	for _, id := range ids {
+		if len(next) >= top {
+			break
+		}
+		if next[id] != nil {
+			continue
+		}
+		i, ok := e.slot(h, top)
+		if !ok {
+			break
+		}
+		s := h.slots[i]
+		e.SetGroupWeight(int(s.group), equal, now)
+		next[id] = &HotValue{id: id, group: s.group, salt: uint64(s.group)<<32 | uint64(s.gen)}
+	}
+	h.set.Store(&next)
+	// After the new set is in place, so a request that sees the value cold
+	// finds its debt in the usual bucket. A request already past its look
+	// at the old set may still recreate the hot bucket; it starts at the
+	// usual bucket's fill and, unused from then on, is swept.
+	dw := e.weights[d.domainGroup].Load()
+	for _, hv := range gone {
+		if k := hv.key.Load(); k != 0 {
+			e.store.Move(mix(k, hv.salt), e.weights[hv.group].Load(), k, dw, d.domainGroup, now)
+		}
+	}
+	return slicesOf(next)
+}
+
+func slicesOf(m map[uint64]*HotValue) []*HotValue {
+	out := make([]*HotValue, 0, len(m))
+	for _, hv := range m {
+		out = append(out, hv)
+	}
+	return out
+}
+
+// slot returns a free slot of h, taking a new group when h has fewer than
+// top slots. Called with h.mu held.
+func (e *Engine) slot(h *hotState, top int) (int, bool) {
+	if n := len(h.free); n > 0 {
+		i := h.free[n-1]
+		h.free = h.free[:n-1]
+		return i, true
+	}
+	if len(h.slots) >= top {
+		return 0, false
+	}
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	n := int(e.groups.Load())
+	if n > MaxGroups {
+		return 0, false
+	}
+	e.weights[n].Store(bucket.InitialWeight(1))
+	e.groups.Store(int32(n + 1))
+	h.slots = append(h.slots, hotSlot{group: uint16(n)})
+	return len(h.slots) - 1, true
+}
+
+// SetDemandTopKeys sets --demand-top-keys: how many values of each per-value
+// rule can be hot. 0 leaves per-value rules at their equal shares, as if
+// they were not shared by demand. Like SetShareMode, it must be called
+// before the engine serves.
+func (e *Engine) SetDemandTopKeys(n int) {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	e.topKeys.Store(int32(min(max(n, 0), MaxTopKeys)))
+	e.swap(e.cur.Load().set)
+}
+
+// hotValue resolves value-level demand for a request on per-value demand
+// rule d whose usual bucket is key: the value's HotValue when it is hot,
+// else nil, after counting a sample of its n drawn tokens (0 for a check or
+// a give-back) as a candidate.
+func (d *DemandRule) hotValue(r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, key uint64, n float64) *HotValue {
+	h := d.hot
+	set := h.set.Load()
+	sample := n > 0 && rand.Uint32()%CandidateSampling == 0
+	if (set == nil || len(*set) == 0) && !sample {
+		return nil
+	}
+	id := valueID(d.rid, r, entries)
+	if set != nil {
+		if hv := (*set)[id]; hv != nil {
+			if hv.key.Load() == 0 {
+				hv.key.CompareAndSwap(0, key)
+			}
+			if hv.label.Load() == nil {
+				l := valueLabel(r, entries)
+				hv.label.CompareAndSwap(nil, &l)
+			}
+			return hv
+		}
+	}
+	if sample {
+		h.sample(id, uint64(n))
+	}
+	return nil
+}
+
+// ValueID names a value of a per-value rule the same way in every replica:
+// FNV-1a of the rule's RuleID and, at every depth that picks a bucket, the
+// value and a separator byte (0xff, which no UTF-8 text holds).
+func valueID(rid uint64, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < 8; i++ {
+		h = (h ^ (rid >> (8 * i) & 0xff)) * prime
+	}
+	for i, v := range r.varying {
+		if !v {
+			continue
+		}
+		s := entries[i].Value
+		for j := 0; j < len(s); j++ {
+			h = (h ^ uint64(s[j])) * prime
+		}
+		h = (h ^ 0xff) * prime
+	}
+	return h
+}
+
+// ValueID is the ValueID of the value entries pick for per-value rule r
+// under rule ID rid.
+func ValueID(rid uint64, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+	return valueID(rid, r, entries)
+}
+
+// valueLabel is the value entries pick for r, as "key=value, ...".
+func valueLabel(r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	for i, v := range r.varying {
+		if !v {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(entries[i].Key + "=" + entries[i].Value)
+	}
+	return b.String()
+}
+
+// ruleIDOf is FNV-1a of a rule identity, as demand.RuleIDOf.
+func ruleIDOf(identity string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(identity); i++ {
+		h = (h ^ uint64(identity[i])) * prime
+	}
+	return h
+}

@@ -1,0 +1,281 @@
+package descriptors
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/demand"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+// hotRig is a per-client limit of 100 a second (burst 100) shared by
+// demand, at equal share 0.25.
+func hotRig(t *testing.T) (*Engine, *DemandRule) {
+	t.Helper()
+	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n" +
+		"  - key: w\n    rate_limit: {unit: second, requests_per_unit: 10, share: demand, policy: wait, max_wait: 500ms}\n" +
+		"  - key: stop\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 0}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(set, 0.25, bucket.NewStore(0))
+	d := demandOf(t, e, "a.client")
+	if d == nil || !d.PerValue() {
+		t.Fatalf("a.client is not a per-value demand rule: %+v", d)
+	}
+	return e, d
+}
+
+func idOf(e *Engine, d *DemandRule, kvs ...string) uint64 {
+	r := e.Set().Match("a", desc(kvs...).Entries)
+	return ValueID(d.RuleID(), r, desc(kvs...).Entries)
+}
+
+// A hot value is divided by a group of its own; every other value of the
+// rule keeps the equal share, and the hot value's meter counts its tokens.
+func TestHotValueHasItsOwnShare(t *testing.T) {
+	e, d := hotRig(t)
+	hot := e.SetHot(d, []uint64{idOf(e, d, "client=c1")}, 0)
+	if len(hot) != 1 || hot[0].Group() == d.DomainGroup() {
+		t.Fatalf("hot values %+v", hot)
+	}
+	if w := e.GroupWeight(hot[0].Group()).W; w != 0.25 {
+		t.Fatalf("a new hot value starts at %v, want the equal share 0.25", w)
+	}
+	e.SetGroupWeight(hot[0].Group(), 0.8, 0)
+	if got := admitted(t, e, "a", desc("client=c1"), 200, 0); got != 80 {
+		t.Errorf("hot value at 0.8 admitted %d of a burst of 100, want 80", got)
+	}
+	if got := admitted(t, e, "a", desc("client=c2"), 200, 0); got != 25 {
+		t.Errorf("a cold value admitted %d, want its equal share 25", got)
+	}
+	if off, adm := hot[0].Counts(); off != 200 || adm != 80 {
+		t.Errorf("hot meter: offered %d admitted %d, want 200 and 80", off, adm)
+	}
+	if off, adm := d.Counts(); off != 400 || adm != 105 {
+		t.Errorf("rule meter: offered %d admitted %d, want 400 and 105", off, adm)
+	}
+	if l := hot[0].Label(); l != "client=c1" {
+		t.Errorf("label %q", l)
+	}
+}
+
+// Becoming hot hands out no burst: the hot bucket starts no fuller than the
+// value's usual bucket, and refills from there at the hot share.
+func TestHotValueInheritsDebt(t *testing.T) {
+	e, d := hotRig(t)
+	if got := admitted(t, e, "a", desc("client=c1"), 30, 0); got != 25 {
+		t.Fatalf("equal share admitted %d, want 25", got)
+	}
+	hot := e.SetHot(d, []uint64{idOf(e, d, "client=c1")}, 0)
+	e.SetGroupWeight(hot[0].Group(), 0.8, 0)
+	if got := admitted(t, e, "a", desc("client=c1"), 10, 0); got != 0 {
+		t.Fatalf("a value that had spent its bucket admitted %d on becoming hot", got)
+	}
+	// Half a second later at 80/s: 40 tokens.
+	if got := admitted(t, e, "a", desc("client=c1"), 100, 5e8); got != 40 {
+		t.Errorf("after 0.5 s at the hot share: %d admitted, want 40", got)
+	}
+}
+
+// Cooling hands the debt back: a value that spent its hot bucket and goes
+// back to its usual bucket finds it spent too.
+func TestColdValueHandsBackDebt(t *testing.T) {
+	e, d := hotRig(t)
+	hot := e.SetHot(d, []uint64{idOf(e, d, "client=c1")}, 0)
+	e.SetGroupWeight(hot[0].Group(), 0.8, 0)
+	if got := admitted(t, e, "a", desc("client=c1"), 100, 0); got != 80 {
+		t.Fatalf("hot admitted %d, want 80", got)
+	}
+	live := e.Store().Live()
+	if rest := e.SetHot(d, nil, 0); len(rest) != 0 {
+		t.Fatalf("still hot: %v", rest)
+	}
+	if got := admitted(t, e, "a", desc("client=c1"), 10, 0); got != 0 {
+		t.Fatalf("a value that spent its hot bucket admitted %d on cooling", got)
+	}
+	// 0.4 s later at the equal share, 25/s: 10 tokens.
+	if got := admitted(t, e, "a", desc("client=c1"), 100, 4e8); got != 10 {
+		t.Errorf("after 0.4 s at the equal share: %d admitted, want 10", got)
+	}
+	if e.Store().Live() != live {
+		t.Errorf("live buckets %d, was %d: the hot bucket's place should pass to the usual one", e.Store().Live(), live)
+	}
+}
+
+// A slot freed by a value that cooled is reused, with a new generation: the
+// next value gets a bucket the last one never used, and groups stay bounded
+// by top-keys however values come and go.
+func TestHotSlotsAreReusedAndBounded(t *testing.T) {
+	e, d := hotRig(t)
+	e.SetDemandTopKeys(2)
+	d = demandOf(t, e, "a.client")
+	groups := e.groups.Load()
+	ids := func(vals ...string) []uint64 {
+		var out []uint64
+		for _, v := range vals {
+			out = append(out, idOf(e, d, "client="+v))
+		}
+		return out
+	}
+	if hot := e.SetHot(d, ids("a", "b", "c"), 0); len(hot) != 2 {
+		t.Fatalf("%d hot with top-keys 2", len(hot))
+	}
+	e.SetGroupWeight(d.HotValues()[0].Group(), 0.5, 0)
+	e.SetGroupWeight(d.HotValues()[1].Group(), 0.5, 0)
+	if got := admitted(t, e, "a", desc("client=a"), 100, 0); got != 50 {
+		t.Fatalf("a admitted %d", got)
+	}
+	for round := range 20 {
+		e.SetHot(d, ids(fmt.Sprint("x", round), fmt.Sprint("y", round)), 0)
+	}
+	if n := e.groups.Load() - groups; n != 2 {
+		t.Fatalf("%d groups taken for hot values, want 2", n)
+	}
+	// a is hot again, in a slot another value used since: it finds its own
+	// debt (handed back to its usual bucket when it cooled), no fresh burst.
+	hot := e.SetHot(d, ids("a"), 0)
+	if w := e.GroupWeight(hot[0].Group()).W; w != 0.25 {
+		t.Fatalf("a reused slot starts at %v, want the equal share", w)
+	}
+	if got := admitted(t, e, "a", desc("client=a"), 100, 0); got != 0 {
+		t.Errorf("a admitted %d on heating again", got)
+	}
+}
+
+// Candidates: the sampled demand of values that are not hot, bounded by
+// top-keys, with a value that draws most of the tokens always among them.
+func TestCandidatesFindTheHeavyValue(t *testing.T) {
+	e, d := hotRig(t)
+	e.SetDemandTopKeys(4)
+	d = demandOf(t, e, "a.client")
+	var heavy int
+	for i := range 20000 {
+		v := fmt.Sprint("cold", i) // 10,000 distinct cold values
+		if i%2 == 0 {
+			v = "heavy"
+			heavy++
+		}
+		if _, _, err := decide(e, "a", []*commonv3.RateLimitDescriptor{desc("client=" + v)}, 0, int64(i)*1e6, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := d.Candidates()
+	if len(c) > candidatesPerKey*4 {
+		t.Fatalf("%d candidates, bound %d", len(c), candidatesPerKey*4)
+	}
+	got := float64(c[idOf(e, d, "client=heavy")] * CandidateSampling)
+	// The summary undercounts by at most its decrements; half the tokens
+	// are heavy's, so it keeps well over a third of them.
+	if got < float64(heavy)/3 || got > float64(heavy)*1.5 {
+		t.Fatalf("heavy's estimate %v of %d tokens (candidates %v)", got, heavy, c)
+	}
+	if c2 := d.Candidates(); len(c2) != 0 {
+		t.Fatalf("candidates not forgotten: %v", c2)
+	}
+}
+
+// The rule and value IDs are the ones every replica computes: the rule's is
+// demand.RuleIDOf of its identity, and a value's does not depend on the
+// process's seed.
+func TestValueIDsAreStable(t *testing.T) {
+	e1, d1 := hotRig(t)
+	e2, d2 := hotRig(t)
+	if d1.RuleID() != uint64(demand.RuleIDOf(d1.Identity())) {
+		t.Fatalf("rule ID %x, demand says %x", d1.RuleID(), demand.RuleIDOf(d1.Identity()))
+	}
+	a, b := idOf(e1, d1, "client=10.0.0.1"), idOf(e2, d2, "client=10.0.0.1")
+	if a != b || a == idOf(e1, d1, "client=10.0.0.2") {
+		t.Fatalf("IDs %x %x", a, b)
+	}
+	// The separator: ("ab", "c") and ("a", "bc") differ.
+	set, err := Compile(File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: x\n    descriptors:\n      - key: y\n        rate_limit: {unit: second, requests_per_unit: 1}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := set.Match("a", desc("x=ab", "y=c").Entries)
+	if ValueID(1, r, desc("x=ab", "y=c").Entries) == ValueID(1, r, desc("x=a", "y=bc").Entries) {
+		t.Fatal("value boundaries are not part of the ID")
+	}
+}
+
+// A wait-policy reservation on a hot value given back when the request is
+// refused goes back to the hot bucket, and is not counted as admitted.
+func TestHotWaitGiveBack(t *testing.T) {
+	e, _ := hotRig(t)
+	d := demandOf(t, e, "a.w")
+	hot := e.SetHot(d, []uint64{idOf(e, d, "w=q")}, 0)
+	e.SetGroupWeight(hot[0].Group(), 1, 0)
+	if got := admitted(t, e, "a", desc("w=q"), 10, 0); got != 10 {
+		t.Fatalf("fresh hot bucket of 10 admitted %d", got)
+	}
+	descs := []*commonv3.RateLimitDescriptor{desc("w=q"), desc("stop=x")}
+	for range 3 {
+		if _, code, err := decide(e, "a", descs, 1, 0, nil); err != nil || code != OverLimit {
+			t.Fatalf("code %v, err %v", code, err)
+		}
+	}
+	if off, adm := hot[0].Counts(); off != 13 || adm != 10 {
+		t.Errorf("hot meter: offered %d admitted %d, want 13 and 10", off, adm)
+	}
+	// Given back to the hot bucket: 0.1 s later one token (10/s) is there.
+	if got := admitted(t, e, "a", desc("w=q"), 1, 1e8); got != 1 {
+		t.Errorf("after the give-backs and 0.1 s: %d admitted, want 1", got)
+	}
+}
+
+// Model: a value heats and cools while goroutines draw on it, with the hot
+// share equal to the equal share. In each step of 1 ms every goroutine
+// draws twice while the change (if the step has one) runs alongside.
+// Whatever the interleaving, the value admits no more than one burst plus
+// what its share refills, plus at most one draw per goroutine per change (a
+// draw that looked at the old hot set before a change and reached a bucket
+// after it). A change that handed out a burst (25) would break the bound.
+func TestHotChangesHandOutNoBurst(t *testing.T) {
+	e, d := hotRig(t)
+	id := idOf(e, d, "client=m")
+	const (
+		workers = 8
+		steps   = 2000 // 2 s
+		every   = 10   // a change every 10 ms: 200 changes
+	)
+	var ok atomic.Int64
+	descs := []*commonv3.RateLimitDescriptor{desc("client=m")}
+	for i := range steps {
+		now := int64(i) * 1e6
+		var wg sync.WaitGroup
+		if i%every == 0 {
+			ids := []uint64{id}
+			if (i/every)%2 == 1 {
+				ids = nil
+			}
+			wg.Go(func() { e.SetHot(d, ids, now) })
+		}
+		for range workers {
+			wg.Go(func() {
+				for range 2 {
+					_, code, err := decide(e, "a", descs, 0, now, nil)
+					if err != nil {
+						t.Error(err)
+					}
+					if code == OK {
+						ok.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Equal share 0.25: a burst of 25 and 25/s over 2 s.
+	strict := 25 + 25*2.0
+	bound := strict + workers*steps/every
+	if got := float64(ok.Load()); got > bound {
+		t.Fatalf("admitted %v, bound %v", got, bound)
+	}
+	t.Logf("admitted %d; the bound without in-flight draws is %v", ok.Load(), strict)
+}
