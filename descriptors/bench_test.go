@@ -87,10 +87,35 @@ func BenchmarkDecideFixedRule(b *testing.B) {
 // BenchmarkDecidePerValue100k decides over 100k existing per-IP buckets. Each
 // goroutine reuses one request and changes its value, as a freshly decoded
 // request sits in cache in the server.
-func BenchmarkDecidePerValue100k(b *testing.B) {
+func BenchmarkDecidePerValue100k(b *testing.B) { benchPerValue(b, false) }
+
+// BenchmarkDecidePerValueDemand100k is BenchmarkDecidePerValue100k with the
+// rule shared by demand and 64 of its values hot: every decision also
+// hashes the value's cross-replica ID and looks it up among the hot ones,
+// and one in 16 on a value that is not hot is counted as a candidate.
+func BenchmarkDecidePerValueDemand100k(b *testing.B) { benchPerValue(b, true) }
+
+func benchPerValue(b *testing.B, demand bool) {
 	e := benchEngine(b)
 	clock := monotime.New()
 	ips := ipValues(100_000)
+	if demand {
+		e.SetShareMode(true)
+		var d *DemandRule
+		for _, x := range e.DemandRules() {
+			if x.Rule.Path() == "edge.remote_address" {
+				d = x.State
+			}
+		}
+		var ids []uint64
+		for _, ip := range ips[:DefaultTopKeys] {
+			ds := desc("remote_address=" + ip)
+			ids = append(ids, ValueID(d.RuleID(), e.Set().Match("edge", ds.Entries), ds.Entries))
+		}
+		if n := len(e.SetHot(d, ids, 0)); n != DefaultTopKeys {
+			b.Fatalf("%d hot values", n)
+		}
+	}
 	for _, ip := range ips {
 		decide(e, "edge", []*commonv3.RateLimitDescriptor{desc("remote_address=" + ip)}, 1, 0, nil)
 	}

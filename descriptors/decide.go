@@ -137,15 +137,17 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 			}
 			st.hot = dr.hotValue(st.Rule, d.Entries, req.Key, drawn)
 		}
+		usual := req.Key
 		w := e.route(&req, sl.group, lim, dr, st.hot)
 		res, ovf := e.store.Do(req, w, now)
 		if dr != nil && op == bucket.Draw {
-			dr.offered.Add(uint64(n))
+			m := dr.stripe(usual)
+			m.offered.Add(uint64(n))
 			if st.hot != nil {
 				st.hot.offered.Add(uint64(n))
 			}
 			if res.OK {
-				dr.admitted.Add(uint64(n))
+				m.admitted.Add(uint64(n))
 				if st.hot != nil {
 					st.hot.admitted.Add(uint64(n))
 				}
@@ -203,7 +205,7 @@ func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.Rat
 		if in.demand != nil && st.Rule != nil && !st.Override && st.Limit.share != ShareReplica {
 			if dr = in.demand[st.Rule.id]; dr != nil {
 				// The draw was counted as admitted; it was not.
-				dr.admitted.Add(^uint64(uint64(n) - 1))
+				dr.stripe(req.Key).admitted.Add(^uint64(uint64(n) - 1))
 				if st.hot != nil {
 					st.hot.admitted.Add(^uint64(uint64(n) - 1))
 				}

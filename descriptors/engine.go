@@ -87,8 +87,10 @@ type DemandRule struct {
 	rid         uint64
 	group       uint16
 	domainGroup uint16
-	offered     atomic.Uint64
-	admitted    atomic.Uint64
+	// meter is spread over cache lines by bucket key, so the cores
+	// deciding different values of a per-value rule do not all write one
+	// line.
+	meter [meterStripes]stripe
 	// hot is a per-value rule's hot values (hot.go); nil for a rule with
 	// one bucket.
 	hot *hotState
@@ -108,8 +110,23 @@ func (d *DemandRule) DomainGroup() int { return int(d.domainGroup) }
 // Counts are the tokens the rule's bucket (or, per value, all its buckets)
 // was asked for and gave since the rule was first installed.
 func (d *DemandRule) Counts() (offered, admitted uint64) {
-	return d.offered.Load(), d.admitted.Load()
+	for i := range d.meter {
+		offered += d.meter[i].offered.Load()
+		admitted += d.meter[i].admitted.Load()
+	}
+	return offered, admitted
 }
+
+// meterStripes is how many cache lines a demand rule's meter spans.
+const meterStripes = 16
+
+type stripe struct {
+	offered, admitted atomic.Uint64
+	_                 [48]byte
+}
+
+// stripe is the meter stripe of the bucket at key.
+func (d *DemandRule) stripe(key uint64) *stripe { return &d.meter[(key>>32)%meterStripes] }
 
 // DemandBinding is a demand rule of the installed set.
 type DemandBinding struct {

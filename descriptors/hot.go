@@ -41,8 +41,9 @@ const MaxTopKeys = 1024
 const CandidateSampling = 16
 
 // candidatesPerKey: a rule's candidate tracker holds this many values per
-// hot slot. It is a Misra-Gries summary: any value drawing more than
-// 1/(capacity+1) of the sampled tokens since the last take is in it.
+// hot slot. It is a Misra-Gries summary in candidateShards parts, by value
+// ID: any value drawing more than 1/(c+1) of the sampled tokens of its part
+// since the last take is in it, c being the part's capacity.
 const candidatesPerKey = 4
 
 // HotValue is one hot value of a per-value demand rule on this replica: its
@@ -89,22 +90,45 @@ type hotSlot struct {
 
 // hotState is a per-value demand rule's hot values and candidates.
 type hotState struct {
-	set    atomic.Pointer[map[uint64]*HotValue] // read by Decide; copied on write
-	mu     sync.Mutex                           // guards what follows, and SetHot
-	slots  []hotSlot                            // every slot the rule ever took
-	free   []int                                // indices into slots not in use
-	counts map[uint64]uint64                    // Misra-Gries summary of sampled tokens
-	top    *atomic.Int32                        // the engine's top-keys
+	set   atomic.Pointer[map[uint64]*HotValue] // read by Decide; copied on write
+	mu    sync.Mutex                           // guards what follows, and SetHot
+	slots []hotSlot                            // every slot the rule ever took
+	free  []int                                // indices into slots not in use
+	top   *atomic.Int32                        // the engine's top-keys
+	// cands are the candidates, split by value ID so the cores sampling
+	// different values take different locks; each part is a summary of
+	// its own values.
+	cands [candidateShards]candidateShard
+}
+
+// candidateShards is how many locks a rule's candidates are split over.
+const candidateShards = 8
+
+type candidateShard struct {
+	mu     sync.Mutex
+	counts map[uint64]uint64 // Misra-Gries summary of sampled tokens
+	_      [40]byte
 }
 
 // sample counts n tokens of value id, sampled, into the rule's candidates.
 func (h *hotState) sample(id uint64, n uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.counts == nil {
-		h.counts = make(map[uint64]uint64)
+	sh := &h.cands[id%candidateShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.counts == nil {
+		sh.counts = make(map[uint64]uint64)
 	}
-	capa := candidatesPerKey * int(h.top.Load())
+	sh.add(id, n, shardCapacity(int(h.top.Load())))
+}
+
+// shardCapacity is the values one candidate shard holds with top-keys top:
+// the rule's candidates hold candidateShards times this.
+func shardCapacity(top int) int { return max(candidatesPerKey*top/candidateShards, candidatesPerKey) }
+
+// add counts n tokens of id into a summary of at most capa values. Called
+// with mu held.
+func (sh *candidateShard) add(id, n uint64, capa int) {
+	h := sh
 	if _, ok := h.counts[id]; ok || len(h.counts) < capa {
 		h.counts[id] += n
 		return
@@ -135,11 +159,22 @@ func (d *DemandRule) Candidates() map[uint64]uint64 {
 	if d.hot == nil {
 		return nil
 	}
-	d.hot.mu.Lock()
-	defer d.hot.mu.Unlock()
-	c := d.hot.counts
-	d.hot.counts = nil
-	return c
+	var out map[uint64]uint64
+	for i := range d.hot.cands {
+		sh := &d.hot.cands[i]
+		sh.mu.Lock()
+		c := sh.counts
+		sh.counts = nil
+		sh.mu.Unlock()
+		if out == nil {
+			out = c
+			continue
+		}
+		for id, n := range c {
+			out[id] += n
+		}
+	}
+	return out
 }
 
 // PerValue reports whether the rule has a bucket per value: its hot values

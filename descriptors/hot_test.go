@@ -166,8 +166,8 @@ func TestCandidatesFindTheHeavyValue(t *testing.T) {
 		}
 	}
 	c := d.Candidates()
-	if len(c) > candidatesPerKey*4 {
-		t.Fatalf("%d candidates, bound %d", len(c), candidatesPerKey*4)
+	if bound := candidateShards * shardCapacity(4); len(c) > bound {
+		t.Fatalf("%d candidates, bound %d", len(c), bound)
 	}
 	got := float64(c[idOf(e, d, "client=heavy")] * CandidateSampling)
 	// The summary undercounts by at most its decrements; half the tokens
