@@ -26,4 +26,7 @@
 //
 // So Σ g_i ≤ L for every snapshot, and each replica's share follows from the
 // published (U, h, f, K, R) and its own (u_i, d_i) alone.
+//
+// A rule with a bucket per value is divided this way value by value, for the
+// values the leader makes hot (hot.go); every other value keeps E_i.
 package demand

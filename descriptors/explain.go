@@ -102,7 +102,9 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 		fmt.Fprintf(out, "  share: replica: not divided by the weight; every replica enforces the whole limit on its own\n")
 		w = 1
 	}
-	if l.share == ShareDemand {
+	if l.share == ShareDemand && r.PerValue() {
+		fmt.Fprintf(out, "  share: demand, per value: the rule's hottest values (up to --demand-top-keys) are divided by the replicas' demand; every other value keeps the equal share below (/rlconfig lists the hot values and their shares)\n")
+	} else if l.share == ShareDemand {
 		fmt.Fprintf(out, "  share: demand: divided by the replicas' demand; the share below is the equal share, which applies until the service's leader publishes a division (explain --admin shows the share in force)\n")
 	}
 	if l.params.Blocked() {

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -278,4 +279,14 @@ func TestHotChangesHandOutNoBurst(t *testing.T) {
 		t.Fatalf("admitted %v, bound %v", got, bound)
 	}
 	t.Logf("admitted %d; the bound without in-flight draws is %v", ok.Load(), strict)
+}
+
+// explain says how a per-value rule shared by demand divides its values.
+func TestExplainPerValueDemand(t *testing.T) {
+	e, _ := hotRig(t)
+	var b strings.Builder
+	Explain(&b, e.Set(), "a", [][]*commonv3.RateLimitDescriptor_Entry{desc("client=c1").Entries}, 0.25)
+	if !strings.Contains(b.String(), "share: demand, per value: the rule's hottest values") {
+		t.Fatalf("explain:\n%s", b.String())
+	}
 }
