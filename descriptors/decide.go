@@ -123,7 +123,7 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 			req.Key, req.OverflowKey = e.overrideKeys(domain, d)
 		} else {
 			req.Key = e.ruleKey(in, st.Rule, d.Entries)
-			req.OverflowKey = in.overflow[st.Rule.id]
+			req.OverflowKey, req.Tag = in.overflow[st.Rule.id], in.tags[st.Rule.id]
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
 		var dr *DemandRule
@@ -200,6 +200,7 @@ func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.Rat
 			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
 		default:
 			req.Key, req.OverflowKey = e.ruleKey(in, st.Rule, descs[i].Entries), in.overflow[st.Rule.id]
+			req.Tag = in.tags[st.Rule.id]
 		}
 		var dr *DemandRule
 		if in.demand != nil && st.Rule != nil && !st.Override && st.Limit.share != ShareReplica {

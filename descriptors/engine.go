@@ -18,6 +18,7 @@ type installed struct {
 	set      *Set
 	ids      []uint64 // by Rule.ID
 	overflow []uint64 // by Rule.ID
+	tags     []uint16 // by Rule.ID: the rule's tag on its buckets (snapshot.go)
 	domains  map[string]slot
 	// demand is by Rule.ID: the rule's demand state when it is shared by
 	// demand, else nil; nil when no rule is.
@@ -229,9 +230,10 @@ func (e *Engine) Swap(set *Set) *Set {
 
 func (e *Engine) swap(set *Set) *Set {
 	in := &installed{set: set, ids: make([]uint64, len(set.rules)), overflow: make([]uint64, len(set.rules)),
-		domains: make(map[string]slot, len(set.domains))}
+		tags: make([]uint16, len(set.rules)), domains: make(map[string]slot, len(set.domains))}
 	for i, r := range set.rules {
 		in.ids[i] = maphash.String(e.seed, r.identity)
+		in.tags[i] = tagOf(r.identity)
 		in.overflow[i] = mix(in.ids[i], 0x6f766572666c6f77) // "overflow"
 	}
 	groupOf := *e.groupOf.Load()

@@ -100,6 +100,10 @@ type State struct {
 	// (Request.Group): the sweeper judges it by that group's weight, never
 	// another's. It sits in padding, so it costs no memory.
 	group uint16
+	// tag names the rule the bucket belongs to (Request.Tag), so a snapshot
+	// restored under another config can drop the buckets of rules that are
+	// gone. It sits in padding too.
+	tag uint16
 }
 
 // Full returns a bucket that starts full at now.

@@ -26,7 +26,7 @@ type entry struct {
 
 func newEntry(now int64, wt *Weight, r *Request) entry {
 	e := entry{State: Full(now, wt), rate: float32(r.Params.Rate), size: float32(r.Params.Size)}
-	e.group = r.Group
+	e.group, e.tag = r.Group, r.Tag
 	return e
 }
 
@@ -102,6 +102,9 @@ type Request struct {
 	// instead of starting with a fresh burst.
 	From       uint64
 	FromWeight *Weight
+	// Tag names the rule a new bucket belongs to, for snapshots; 0 for none
+	// (a request's own limit).
+	Tag uint16
 }
 
 // Do applies r at now with weight wt. A missing bucket is full, and it is

@@ -1,0 +1,170 @@
+package descriptors
+
+import (
+	"math"
+	"time"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+)
+
+// Snapshots (--state-file). The engine saves its buckets with the weight of
+// each group and its seed, and restores them into a new process: each bucket
+// refilled for the time the daemon was down at the rate it had, and put in
+// the group its rule uses now. A bucket carries its rule's tag, so one whose
+// rule is gone or changed (another limit) is dropped. A hot value's bucket
+// is saved under its usual key, with the debt it holds: a restarted daemon
+// starts with no hot values.
+
+// tagOf is the tag of rule identity on its buckets: 16 bits of the rule's
+// cross-replica ID, never 0 (the tag of a request's own limit). Two rules
+// that share a tag are told apart by their limits.
+func tagOf(identity string) uint16 {
+	t := uint16(ruleIDOf(identity))
+	if t == 0 {
+		t = 1
+	}
+	return t
+}
+
+// Weights returns each group's current weight, by group: a snapshot saves
+// them, and restoring refills each bucket for the time the daemon was down
+// at its group's.
+func (e *Engine) Weights() []float64 {
+	out := make([]float64, e.groups.Load())
+	for i := range out {
+		out[i] = e.weights[i].Load().W
+	}
+	return out
+}
+
+// Export calls emit with every bucket worth saving, as of now: see
+// bucket.Store.Export, which it runs shard by shard. Buckets of hot values
+// are not emitted; their debt goes with the value's usual bucket.
+func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
+	ws := make([]*bucket.Weight, e.groups.Load())
+	for i := range ws {
+		ws[i] = e.weights[i].Load()
+	}
+	merge := map[uint64]bucket.Saved{}
+	for _, d := range *e.demandOf.Load() {
+		if d == nil || d.hot == nil {
+			continue
+		}
+		d.hot.mu.Lock()
+		for _, sl := range d.hot.slots {
+			if int(sl.group) < len(ws) {
+				ws[sl.group] = nil
+			}
+		}
+		d.hot.mu.Unlock()
+		for _, hv := range d.HotValues() {
+			k := hv.key.Load()
+			if k == 0 {
+				continue
+			}
+			sv, ok := e.store.Peek(mix(k, hv.salt), e.weights[hv.group].Load(), now)
+			if !ok || sv.Fill >= 1 {
+				continue
+			}
+			sv.Key, sv.Group = k, d.domainGroup
+			if m, seen := merge[k]; seen {
+				sv.Fill = min(sv.Fill, m.Fill)
+			}
+			merge[k] = sv
+		}
+	}
+	e.store.Export(ws, now, func(batch []bucket.Saved) {
+		for i := range batch {
+			if m, ok := merge[batch[i].Key]; ok {
+				batch[i].Fill = min(batch[i].Fill, m.Fill)
+				delete(merge, batch[i].Key)
+			}
+		}
+		emit(batch)
+	})
+	if len(merge) > 0 {
+		rest := make([]bucket.Saved, 0, len(merge))
+		for _, sv := range merge {
+			rest = append(rest, sv)
+		}
+		emit(rest)
+	}
+}
+
+// Restored counts what a restore did with the buckets it was given.
+type Restored struct {
+	Kept   int // in the store now
+	Gone   int // their rule is gone or has another limit now
+	Full   int // refilled while the daemon was down
+	NoRoom int // the store was at its cap
+}
+
+// Restore adds saved buckets at now: each refilled for elapsed (the time
+// the daemon was down) at the rate it had, savedW[its saved group] (no
+// refill when that weight is unknown: tighter, never looser), and put in
+// the group its rule uses now. A bucket of a request's own limit (tag 0)
+// has no rule to ask: groupOf maps its saved group to today's, false
+// dropping it. Call it before the engine serves, after SetSeed and the
+// first Swap.
+func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
+	in := e.cur.Load()
+	type target struct {
+		group      uint16
+		rate, size float32
+	}
+	byTag := map[uint16][]target{}
+	for i, r := range in.set.rules {
+		if r.limit == nil || r.limit.unlimited {
+			continue
+		}
+		g := in.domains[r.domain].group
+		switch {
+		case r.limit.share == ShareReplica:
+			g = replicaGroup
+		case in.demand != nil && in.demand[i] != nil:
+			g = in.demand[i].group
+		}
+		t := target{group: g, rate: float32(r.limit.params.Rate), size: float32(r.limit.params.Size)}
+		byTag[in.tags[i]] = append(byTag[in.tags[i]], t)
+	}
+	var res Restored
+	secs := max(elapsed.Seconds(), 0)
+	for _, b := range saved {
+		fill := b.Fill
+		if int(b.Group) < len(savedW) {
+			if w := savedW[b.Group]; w > 0 && w <= 1 {
+				p := bucket.Params{Rate: float64(b.Rate), Size: float64(b.Size)}
+				if r, size := p.Local(w); size > 0 {
+					fill += secs * r / size
+				}
+			}
+		}
+		if !(fill < 1) {
+			res.Full++
+			continue
+		}
+		var g uint16
+		var ok bool
+		if b.Tag == 0 {
+			g, ok = groupOf(b.Group)
+		} else {
+			for _, t := range byTag[b.Tag] {
+				if t.rate == b.Rate && t.size == b.Size {
+					g, ok = t.group, true
+					break
+				}
+			}
+		}
+		if !ok || int(g) >= int(e.groups.Load()) || math.IsNaN(fill) {
+			res.Gone++
+			continue
+		}
+		b.Fill, b.Group = fill, g
+		if !e.store.Restore(b, e.weights[g].Load(), now) {
+			res.NoRoom++
+			continue
+		}
+		res.Kept++
+	}
+	return res
+}
