@@ -122,6 +122,21 @@ type Config struct {
 	Drain           time.Duration
 	ShutdownTimeout time.Duration
 
+	// StateFile is where the buckets, the key seed and the membership views
+	// are saved on shutdown (and every StateInterval) and restored from on
+	// start; "" for none.
+	StateFile string
+	// StateMaxAge: a state file older than this is not restored.
+	StateMaxAge time.Duration
+	// StateInterval is how often the state is checkpointed while running;
+	// 0 only on shutdown.
+	StateInterval time.Duration
+	// JoinRamp: a replica that starts with nothing restored while others
+	// serve fills its new buckets from empty to full over this long.
+	// JoinRampAuto (the default) is each rule's burst time, B ÷ R, at most
+	// 10 s; 0 is off.
+	JoinRamp time.Duration
+
 	LogFormat string
 	LogLevel  string
 
@@ -175,6 +190,31 @@ func (s seconds) Set(v string) error {
 	}
 	*s.d = d
 	return nil
+}
+
+// JoinRampAuto is --join-ramp auto: each rule ramps over its burst time,
+// at most MaxAutoJoinRamp.
+const JoinRampAuto time.Duration = -1
+
+// MaxAutoJoinRamp caps --join-ramp auto.
+const MaxAutoJoinRamp = 10 * time.Second
+
+// joinRamp is --join-ramp: "auto" or a duration (seconds allowed).
+type joinRamp struct{ d *time.Duration }
+
+func (j joinRamp) String() string {
+	if j.d == nil || *j.d == JoinRampAuto {
+		return "auto"
+	}
+	return j.d.String()
+}
+
+func (j joinRamp) Set(v string) error {
+	if strings.EqualFold(v, "auto") {
+		*j.d = JoinRampAuto
+		return nil
+	}
+	return seconds{j.d}.Set(v)
 }
 
 // upper is a string flag stored upper-case, so --config-type takes any case.
@@ -253,6 +293,10 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.HeaderReset, "header-reset", "RateLimit-Reset", "name of the reset response header")
 	fs.Var(seconds{&c.Drain}, "drain", "on SIGTERM, report NOT_SERVING for this long before stopping")
 	fs.Var(seconds{&c.ShutdownTimeout}, "shutdown-timeout", "after draining, how long in-flight requests get to finish")
+	fs.StringVar(&c.StateFile, "state-file", "", "save every live bucket, the key seed and the membership views here on shutdown (and every --state-interval), and restore them on start; empty: off")
+	fs.Var(seconds{&c.StateMaxAge}, "state-max-age", "a state file older than this is not restored")
+	fs.Var(seconds{&c.StateInterval}, "state-interval", "also save the state this often while running, so a crash loses at most this much; 0: only on shutdown")
+	fs.Var(joinRamp{&c.JoinRamp}, "join-ramp", "a replica that starts with nothing restored while other replicas serve fills new buckets from empty to full over this long: auto (each rule's burst time B/R, at most 10s), a duration, or 0 (off)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return fs
@@ -268,6 +312,8 @@ func Defaults() *Config {
 		SweepInterval:   10 * time.Second,
 		Drain:           5 * time.Second,
 		ShutdownTimeout: 10 * time.Second,
+		StateMaxAge:     10 * time.Minute,
+		JoinRamp:        JoinRampAuto,
 		// upstream's XDS_CLIENT_BACKOFF_* defaults
 		XDSBackoffInitial: 10 * time.Second,
 		XDSBackoffMax:     time.Minute,

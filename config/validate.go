@@ -147,6 +147,18 @@ func (c *Config) Validate() error {
 	if c.Drain < 0 || c.ShutdownTimeout < 0 {
 		bad("drain", "durations must not be negative")
 	}
+	if c.StateMaxAge <= 0 {
+		bad("state-max-age", "must be positive, got %s", c.StateMaxAge)
+	}
+	if c.StateInterval < 0 || (c.StateInterval > 0 && c.StateInterval < time.Second) {
+		bad("state-interval", "must be 0 (off) or at least 1s, got %s", c.StateInterval)
+	}
+	if c.StateInterval > 0 && c.StateFile == "" {
+		bad("state-interval", "needs --state-file")
+	}
+	if c.JoinRamp < 0 && c.JoinRamp != JoinRampAuto {
+		bad("join-ramp", "must be auto, 0 (off) or a positive duration, got %s", c.JoinRamp)
+	}
 	for _, f := range []struct{ flag, v string }{{"header-limit", c.HeaderLimit}, {"header-remaining", c.HeaderRemaining}, {"header-reset", c.HeaderReset}} {
 		if !validHeader(f.v) {
 			bad(f.flag, "%q is not a valid header name", f.v)

@@ -32,6 +32,7 @@ import (
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
 	"github.com/sharelimit/sharelimit/source/xds"
+	"github.com/sharelimit/sharelimit/state"
 )
 
 // ErrConfig marks an invalid config at start-up. The error New returns with
@@ -58,6 +59,11 @@ type Daemon struct {
 	// handler again; nil when not asked for.
 	debug    *http.Server
 	debugLis net.Listener
+	// state is --state-file's keeper, nil without it; snap is the snapshot
+	// read at start, until it is restored.
+	state   *keeper
+	snap    *state.Snapshot
+	started time.Time
 }
 
 // New builds the daemon from cfg: it loads the rules (an invalid config is an
@@ -66,7 +72,7 @@ type Daemon struct {
 // grpc-go starts when it is built, end in Run's stop. A daemon that New
 // returns must be Run. version names the build on the status page.
 func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: log, clock: monotime.New()}
+	d := &Daemon{cfg: cfg, log: log, clock: monotime.New(), started: time.Now()}
 	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr, cfg.DebugAddr} {
 		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
 			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "addr", a)
@@ -76,6 +82,12 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
 	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
+	if cfg.StateFile != "" {
+		// Before membership and the rules: the saved seed keys the
+		// buckets, and the saved views stand until Consul answers.
+		d.state = newKeeper(d, metrics.Registry)
+		d.snap = d.state.load(time.Now())
+	}
 	if err := d.membership(metrics.Registry); err != nil {
 		return nil, err
 	}
@@ -107,6 +119,12 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 		if tlsConfig, err = server.TLSConfig(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA, cfg.GRPCTLSClientSAN); err != nil {
 			return nil, err
 		}
+	}
+	if d.xds == nil {
+		// Every bucket is back before a listener opens: nothing is served
+		// with full buckets for keys still being restored. (Rules from
+		// xDS restore once the first config arrives, before Serve.)
+		d.restore()
 	}
 	// Listen before building the gRPC server: grpc-go starts its stream
 	// workers in NewServer, and a listener that fails must leave nothing
@@ -236,7 +254,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		if v.service != "" {
 			c, err := membership.NewConsul(membership.ConsulConfig{
 				Service: v.service, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
-				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas,
+				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas, Initial: initial(d.snap, v.service),
 				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
 				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache,
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the service itself
@@ -301,9 +319,21 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 			d.log.Info("waiting for the first config from the xDS server before serving gRPC", "server", d.cfg.XDSServerURL)
 			select {
 			case <-d.xds.First():
+				d.restore()
 			case <-gctx.Done():
 				return nil // the stop below closes the listener
 			}
+		} else if d.xds != nil && d.snap != nil {
+			// Serving without rules until xDS answers: restore then. A
+			// restored bucket meets any made meanwhile at the emptier.
+			g.Go(func() error {
+				select {
+				case <-d.xds.First():
+					d.restore()
+				case <-gctx.Done():
+				}
+				return nil
+			})
 		}
 		// A stop that begins before Serve does (a signal right after start)
 		// makes Serve return ErrServerStopped: that is a clean end too.
@@ -333,6 +363,9 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		g.Go(func() error { return d.xds.Run(gctx) })
 	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
+	if d.state != nil && d.cfg.StateInterval > 0 {
+		g.Go(func() error { return d.state.checkpoints(gctx, d.cfg.StateInterval) })
+	}
 	for _, v := range d.views {
 		if v.consul != nil {
 			g.Go(func() error { return v.consul.Run(gctx) })
@@ -353,10 +386,24 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		d.admin.SetDraining()
 		d.health.Shutdown()
 		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.httpServers()...)
+		if d.state != nil {
+			// After the gRPC server stopped: no decision changes a
+			// bucket any more.
+			d.state.finalWrite(d.cfg.ShutdownTimeout)
+		}
 		d.log.Info("stopped")
 		return nil
 	})
 	return g.Wait()
+}
+
+// restore puts the snapshot read at start into the engine, once.
+func (d *Daemon) restore() {
+	if d.snap == nil {
+		return
+	}
+	d.state.restore(d.snap, d.started)
+	d.snap = nil
 }
 
 // httpServers are the admin server and, when there is one, the debug server.

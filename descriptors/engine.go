@@ -3,7 +3,6 @@ package descriptors
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"sync"
@@ -63,7 +62,7 @@ type Engine struct {
 	groupOf   atomic.Pointer[map[string]uint16] // domain -> group, DefaultGroup when absent; copied on write
 	swapMu    sync.Mutex                        // serialises Swap and AddGroup
 	store     *bucket.Store
-	seed      maphash.Seed
+	seed      uint64 // keys the bucket keys (seed.go)
 	overrides atomic.Pointer[map[overrideSpec]*Limit]
 	ovMu      sync.Mutex
 	quota     atomic.Bool
@@ -170,7 +169,7 @@ func (e *Engine) sharedByDemand(r *Rule) bool {
 // group at weight w, keeping buckets in store. It starts no goroutines; the
 // caller runs Sweep.
 func NewEngine(set *Set, w float64, store *bucket.Store) *Engine {
-	e := &Engine{store: store, seed: maphash.MakeSeed()}
+	e := &Engine{store: store, seed: newSeed()}
 	e.weights[replicaGroup].Store(bucket.InitialWeight(1))
 	e.weights[DefaultGroup].Store(bucket.InitialWeight(w))
 	e.groups.Store(DefaultGroup + 1)
@@ -232,7 +231,7 @@ func (e *Engine) swap(set *Set) *Set {
 	in := &installed{set: set, ids: make([]uint64, len(set.rules)), overflow: make([]uint64, len(set.rules)),
 		tags: make([]uint16, len(set.rules)), domains: make(map[string]slot, len(set.domains))}
 	for i, r := range set.rules {
-		in.ids[i] = maphash.String(e.seed, r.identity)
+		in.ids[i] = keyHash(e.seed, r.identity)
 		in.tags[i] = tagOf(r.identity)
 		in.overflow[i] = mix(in.ids[i], 0x6f766572666c6f77) // "overflow"
 	}

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"hash/maphash"
 	"math/bits"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -22,7 +21,7 @@ func (e *Engine) ruleKey(in *installed, r *Rule, entries []*commonv3.RateLimitDe
 	k := in.ids[r.id]
 	for i, v := range r.varying {
 		if v {
-			k = mix(k, maphash.String(e.seed, entries[i].Value))
+			k = mix(k, keyHash(e.seed, entries[i].Value))
 		}
 	}
 	return k
@@ -34,14 +33,14 @@ func (e *Engine) ruleKey(in *installed, r *Rule, entries []*commonv3.RateLimitDe
 // client's to choose; the overflow key must not depend on them, or a flood of
 // distinct values would open a bucket each.
 func (e *Engine) overrideKeys(domain string, d *commonv3.RateLimitDescriptor) (key, overflow uint64) {
-	k := mix(maphash.String(e.seed, domain), 0x6f76657272696465) // "override"
+	k := mix(keyHash(e.seed, domain), 0x6f76657272696465) // "override"
 	o := d.Limit
 	k = mix(k, uint64(o.RequestsPerUnit)<<32|uint64(o.Unit))
 	k = mix(k, uint64(max(o.GetUnitMultiplier().GetValue(), 1)))
 	overflow = mix(k, 0x6f766572666c6f77) // "overflow"
 	for _, en := range d.Entries {
-		k = mix(k, maphash.String(e.seed, en.Key))
-		k = mix(k, maphash.String(e.seed, en.Value))
+		k = mix(k, keyHash(e.seed, en.Key))
+		k = mix(k, keyHash(e.seed, en.Value))
 	}
 	return k, overflow
 }

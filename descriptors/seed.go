@@ -1,7 +1,8 @@
 package descriptors
 
 import (
-	"hash/maphash"
+	"encoding/binary"
+	"math/rand/v2"
 	"unsafe"
 )
 
@@ -9,41 +10,66 @@ import (
 // outsider cannot aim two keys at one bucket. A snapshot of the buckets
 // (--state-file) is only worth restoring if the restarted process hashes the
 // same keys to the same buckets, so the seed is saved with the snapshot and
-// restored with it. hash/maphash has no way to export or import a seed; its
-// Seed is one non-zero uint64, which seedBits and seedOf read and write. The
-// layout is checked by TestSeedRoundTrip: a Go release that changes it
-// fails that test rather than restoring buckets under the wrong keys.
+// restored with it. hash/maphash cannot serve: its hashes differ between
+// processes even under one seed (the runtime keys them per process). So the
+// keys are hashed here, by keyHash: a multiply-and-fold string hash in the
+// manner of wyhash, keyed by the 64-bit seed, whose results depend on the
+// seed and the bytes alone.
 
-// seedBits is s as 64 bits.
-func seedBits(s maphash.Seed) uint64 {
-	return *(*uint64)(unsafe.Pointer(&s))
+// Multipliers of keyHash: odd 64-bit constants with well-spread bits.
+const (
+	k0 = 0xa0761d6478bd642f
+	k1 = 0xe7037ed1a0b428db
+	k2 = 0x8ebc6af09c88c6e3
+)
+
+// newSeed is a random seed, never 0.
+func newSeed() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
 }
 
-// seedOf is the seed whose bits are b; ok is false for 0, which maphash
-// reserves for an uninitialised seed.
-func seedOf(b uint64) (s maphash.Seed, ok bool) {
-	if b == 0 || unsafe.Sizeof(s) != unsafe.Sizeof(b) {
-		return s, false
+// keyHash hashes s under seed. It reads s eight bytes at a time, 16 per
+// round, and its last (overlapping) eight, so a short string costs one or
+// two multiplies.
+func keyHash(seed uint64, s string) uint64 {
+	n := len(s)
+	b := unsafe.Slice(unsafe.StringData(s), n) // read only
+	h := seed ^ k0
+	for len(b) > 16 {
+		h = mix(binary.LittleEndian.Uint64(b)^k1, binary.LittleEndian.Uint64(b[8:])^h)
+		b = b[16:]
 	}
-	*(*uint64)(unsafe.Pointer(&s)) = b
-	return s, true
+	var lo, hi uint64
+	switch m := len(b); {
+	case m >= 8:
+		lo, hi = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[m-8:])
+	case m >= 4:
+		lo, hi = uint64(binary.LittleEndian.Uint32(b)), uint64(binary.LittleEndian.Uint32(b[m-4:]))
+	case m > 0:
+		lo = uint64(b[0])<<16 | uint64(b[m>>1])<<8 | uint64(b[m-1])
+	}
+	return mix(k2^uint64(n), mix(lo^k1, hi^h))
 }
 
 // Seed is the engine's key seed, for a snapshot.
-func (e *Engine) Seed() uint64 { return seedBits(e.seed) }
+func (e *Engine) Seed() uint64 { return e.seed }
 
 // SetSeed makes the engine hash keys with the seed a snapshot saved, so its
 // buckets can be restored. It must be called before the engine serves and
 // before any bucket exists: a bucket made under the old seed would never be
-// found again. It reports false, changing nothing, for an invalid seed.
-func (e *Engine) SetSeed(bits uint64) bool {
-	s, ok := seedOf(bits)
-	if !ok {
+// found again. It reports false, changing nothing, for 0, which no engine
+// uses.
+func (e *Engine) SetSeed(seed uint64) bool {
+	if seed == 0 {
 		return false
 	}
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
-	e.seed = s
+	e.seed = seed
 	e.swap(e.cur.Load().set)
 	return true
 }

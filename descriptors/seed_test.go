@@ -1,30 +1,84 @@
 package descriptors
 
 import (
-	"hash/maphash"
+	"fmt"
+	"math/bits"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// The seed survives a round trip through its bits: the same strings hash the
-// same under the restored seed, and differently under another.
-func TestSeedRoundTrip(t *testing.T) {
-	s := maphash.MakeSeed()
-	b := seedBits(s)
-	r, ok := seedOf(b)
-	if !ok || b == 0 {
-		t.Fatalf("seed bits %x, ok %v", b, ok)
+// keyHash depends on the seed and the bytes alone: another process computes
+// the same hashes, or a restarted daemon would restore its buckets under
+// keys no request maps to.
+func TestKeyHashIsStable(t *testing.T) {
+	golden := map[string]uint64{}
+	for _, s := range []string{"", "a", "ab", "abc", "abcd", "10.0.0.1", "0123456789abcdef", "0123456789abcdefg", strings.Repeat("x", 100)} {
+		golden[s] = keyHash(0x0123456789abcdef, s)
 	}
-	for _, v := range []string{"", "10.0.0.1", "a much longer value than eight bytes, to cover the bulk path"} {
-		if maphash.String(s, v) != maphash.String(r, v) {
-			t.Fatalf("%q hashes differently under the restored seed: maphash.Seed's layout changed", v)
+	// The same in another process: no per-process state leaks in.
+	if os.Getenv("KEYHASH_CHILD") == "1" {
+		for s, h := range golden {
+			fmt.Printf("%q %d\n", s, h)
 		}
-		if maphash.String(maphash.MakeSeed(), v) == maphash.String(s, v) {
-			t.Fatalf("%q hashes the same under a fresh seed", v)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestKeyHashIsStable$")
+	cmd.Env = append(os.Environ(), "KEYHASH_CHILD=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		s, err := strconv.Unquote(line[:i])
+		if err != nil {
+			continue
+		}
+		h, _ := strconv.ParseUint(line[i+1:], 10, 64)
+		if golden[s] != h {
+			t.Errorf("keyHash(%q) is %x in one process and %x in another", s, golden[s], h)
+		}
+		seen++
+	}
+	if seen != len(golden) {
+		t.Fatalf("the child process printed %d hashes, want %d:\n%s", seen, len(golden), out)
+	}
+}
+
+// keyHash spreads: every input bit flips about half the output bits, and
+// two seeds give unrelated hashes.
+func TestKeyHashAvalanche(t *testing.T) {
+	for _, n := range []int{1, 3, 4, 7, 8, 12, 16, 17, 40} {
+		base := []byte(strings.Repeat("k", n))
+		h0 := keyHash(42, string(base))
+		var worst, total float64
+		cases := 0
+		for i := 0; i < n*8; i++ {
+			b := append([]byte(nil), base...)
+			b[i/8] ^= 1 << (i % 8)
+			d := float64(bits.OnesCount64(h0 ^ keyHash(42, string(b))))
+			total += d
+			cases++
+			worst = max(worst, abs(d-32))
+		}
+		if mean := total / float64(cases); mean < 24 || mean > 40 || worst > 26 {
+			t.Errorf("length %d: flipping one bit flips %.1f output bits on average (worst %v from 32)", n, mean, worst)
+		}
+		if bits.OnesCount64(h0^keyHash(43, string(base))) < 12 {
+			t.Errorf("length %d: two seeds give close hashes", n)
 		}
 	}
-	if _, ok := seedOf(0); ok {
-		t.Fatal("seed 0 accepted")
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
 	}
+	return x
 }
 
 // An engine given a saved seed keys its buckets as the one that saved it.
@@ -43,5 +97,8 @@ func TestEngineSeedRestored(t *testing.T) {
 	}
 	if kb = b.ruleKey(b.cur.Load(), r, entries); kb != ka {
 		t.Fatalf("after SetSeed: key %x, want %x", kb, ka)
+	}
+	if b.SetSeed(0) {
+		t.Fatal("seed 0 accepted")
 	}
 }

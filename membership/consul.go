@@ -84,6 +84,11 @@ func NewConsul(cfg ConsulConfig, client *api.Client) (*Consul, error) {
 		c.now = time.Now
 	}
 	v := replicasView("consul", cfg.Replicas)
+	if in := cfg.Initial; in != nil {
+		if w, err := Weight(in.LocalWeight, in.TotalWeight); err == nil && in.Local <= in.Total && in.Local >= 0 && w == in.Weight {
+			v = View{Source: "consul", Total: in.Total, Local: in.Local, TotalWeight: in.TotalWeight, LocalWeight: in.LocalWeight, Weight: w}
+		}
+	}
 	v.Node = cfg.Node
 	c.view.Store(&v)
 	return c, nil

@@ -67,6 +67,11 @@ type ConsulConfig struct {
 	// Stale allows any Consul server to answer, not only the leader, so the
 	// count survives the loss of a leader (--consul-stale).
 	Stale bool
+	// Initial, when set, is the view that stands until Consul first answers
+	// instead of the Replicas one: the view a restarted daemon saved
+	// (--state-file), so it does not enforce a whole limit meanwhile. One
+	// that is not a possible view is ignored.
+	Initial *View
 	// Replicas is the replica count assumed until Consul first answers
 	// (--replicas); below 1 means 1.
 	Replicas int

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// stateConfig is a per-IP limit of 10 a minute: a token every 6 s, so a
+// drained key stays drained across a restart of a second or two.
+const stateConfig = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+
+type rls struct {
+	t      *testing.T
+	client rlsv3.RateLimitServiceClient
+}
+
+func dial(t *testing.T, d *process) *rls {
+	t.Helper()
+	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &rls{t: t, client: rlsv3.NewRateLimitServiceClient(conn)}
+}
+
+func (r *rls) ask(ip string) rlsv3.RateLimitResponse_Code {
+	r.t.Helper()
+	resp, err := r.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}}}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp.OverallCode
+}
+
+// drain spends ip's whole bucket and checks that the next request is over.
+func (r *rls) drain(ip string) time.Time {
+	r.t.Helper()
+	for i := range 10 {
+		if c := r.ask(ip); c != rlsv3.RateLimitResponse_OK {
+			r.t.Fatalf("request %d of a burst of 10: %v", i, c)
+		}
+	}
+	at := time.Now()
+	if c := r.ask(ip); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		r.t.Fatalf("the 11th request: %v, want OVER_LIMIT", c)
+	}
+	return at
+}
+
+// okAgain polls ip until it is admitted and returns when, after drained.
+func (r *rls) okAgain(ip string, drained time.Time) time.Duration {
+	r.t.Helper()
+	for time.Since(drained) < 30*time.Second {
+		if r.ask(ip) == rlsv3.RateLimitResponse_OK {
+			return time.Since(drained)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.t.Fatal("never admitted again")
+	return 0
+}
+
+func stateDir(t *testing.T) (config, file string) {
+	t.Helper()
+	dir := t.TempDir()
+	config = filepath.Join(dir, "config")
+	if err := os.Mkdir(config, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(config, "edge.yaml"), []byte(stateConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config, filepath.Join(dir, "state", "sharelimit.state")
+}
+
+// A key drained to OVER_LIMIT is still OVER_LIMIT after a SIGTERM and a
+// restart with the same --state-file, and is admitted again once its refill
+// time (6 s for a token) has passed since it was drained: the downtime
+// counted.
+func TestBinaryStateSurvivesRestart(t *testing.T) {
+	config, file := stateDir(t)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config-dir", config, "--state-file", file, "--drain", "0"}
+	d := startDaemon(t, args...)
+	drained := dial(t, d).drain("10.0.0.1")
+	d.signal(syscall.SIGTERM)
+	d.exitsCleanly("after SIGTERM")
+	if !strings.Contains(d.logs.String(), `"msg":"state written"`) {
+		t.Fatalf("no state written on shutdown:\n%s", d.logs.String())
+	}
+	d2 := startDaemon(t, args...)
+	r := dial(t, d2)
+	if c := r.ask("10.0.0.1"); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after the restart, %.1fs after it was drained, the key is %v, want OVER_LIMIT:\n%s", time.Since(drained).Seconds(), c, d2.logs.String())
+	}
+	if c := r.ask("10.0.0.2"); c != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("another key: %v", c)
+	}
+	back := r.okAgain("10.0.0.1", drained)
+	t.Logf("the drained key was admitted again %.1fs after it was drained (a token takes 6 s)", back.Seconds())
+	if back < 5*time.Second {
+		t.Errorf("admitted again %v after it was drained, before its token could refill", back)
+	}
+}
+
+// With --state-interval 1s, a SIGKILL loses at most a second: a key drained
+// two seconds before the kill is still OVER_LIMIT after a restart.
+func TestBinaryStateSurvivesKill(t *testing.T) {
+	config, file := stateDir(t)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config-dir", config, "--state-file", file, "--state-interval", "1s"}
+	d := startDaemon(t, args...)
+	drained := dial(t, d).drain("10.0.0.1")
+	time.Sleep(2 * time.Second)
+	d.signal(syscall.SIGKILL)
+	<-d.exited
+	d.exited <- nil
+	d2 := startDaemon(t, args...)
+	if c := dial(t, d2).ask("10.0.0.1"); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after SIGKILL and a restart, %.1fs after it was drained, the key is %v, want OVER_LIMIT:\n%s", time.Since(drained).Seconds(), c, d2.logs.String())
+	}
+}
+
+// A corrupt state file is ignored with one warning: the daemon starts and
+// serves as it would without one.
+func TestBinaryCorruptStateStarts(t *testing.T) {
+	config, file := stateDir(t)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("SLS\x01 not a snapshot, whatever it claims to be"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, "--config-dir", config, "--state-file", file)
+	if c := dial(t, d).ask("10.0.0.1"); c != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("%v", c)
+	}
+	if n := strings.Count(d.logs.String(), "state file not restored"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, d.logs.String())
+	}
+}

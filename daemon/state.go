@@ -1,0 +1,231 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/membership"
+	"github.com/sharelimit/sharelimit/state"
+)
+
+// futureSlack is how far in the future a state file's time may be before
+// the file is refused: clocks of one machine across a restart agree better
+// than this, and a file from further ahead means the clock stepped back or
+// the file is not this daemon's.
+const futureSlack = time.Minute
+
+// keeper is --state-file: it reads the snapshot at start and writes it on
+// shutdown and every --state-interval. Writes are serialised.
+type keeper struct {
+	path   string
+	maxAge time.Duration
+	d      *Daemon
+
+	mu sync.Mutex // one write at a time
+
+	loadErrors  prometheus.Counter
+	writes      prometheus.Counter
+	writeErrors prometheus.Counter
+	lastWrite   prometheus.Gauge // seconds one write took
+	lastBuckets prometheus.Gauge
+	restored    prometheus.Gauge
+	restoreTime prometheus.Gauge
+}
+
+func newKeeper(d *Daemon, reg prometheus.Registerer) *keeper {
+	k := &keeper{path: d.cfg.StateFile, maxAge: d.cfg.StateMaxAge, d: d,
+		loadErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_state_load_errors_total",
+			Help: "State files not restored at start because they were unreadable, corrupt, of another version, oversized or from the future."}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_state_writes_total",
+			Help: "State files written (checkpoints and the one on shutdown)."}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sharelimit_state_write_errors_total",
+			Help: "State file writes that failed."}),
+		lastWrite: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_state_write_seconds",
+			Help: "How long the last state file write took."}),
+		lastBuckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_state_written_buckets",
+			Help: "Buckets in the last state file written."}),
+		restored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_state_restored_buckets",
+			Help: "Buckets restored from the state file at start."}),
+		restoreTime: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_state_restore_seconds",
+			Help: "How long reading and restoring the state file took at start."}),
+	}
+	reg.MustRegister(k.loadErrors, k.writes, k.writeErrors, k.lastWrite, k.lastBuckets, k.restored, k.restoreTime)
+	return k
+}
+
+// load reads the snapshot, or returns nil: no file, a file too old, or a
+// bad one (one warning and the metric). Whatever it returns nil for, the
+// daemon starts as it would without --state-file.
+func (k *keeper) load(now time.Time) *state.Snapshot {
+	k.removeTemps()
+	s, err := state.ReadFile(k.path, state.MaxSize(k.d.engine.Store().Max()))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		k.d.log.Info("no state file to restore; starting with full buckets", "path", k.path)
+		return nil
+	case err != nil:
+		k.loadErrors.Inc()
+		k.d.log.Warn("state file not restored; starting with full buckets", "path", k.path, "err", err)
+		return nil
+	}
+	age := now.Sub(s.Written)
+	switch {
+	case age < -futureSlack:
+		k.loadErrors.Inc()
+		k.d.log.Warn("state file not restored: written in the future (did the clock step back?); starting with full buckets",
+			"path", k.path, "written", s.Written, "ahead", -age)
+		return nil
+	case age > k.maxAge:
+		k.d.log.Info("state file older than --state-max-age; starting with full buckets", "path", k.path, "age", age, "max_age", k.maxAge)
+		return nil
+	}
+	if !k.d.engine.SetSeed(s.Seed) {
+		k.loadErrors.Inc()
+		k.d.log.Warn("state file not restored: its key seed is not usable; starting with full buckets", "path", k.path)
+		return nil
+	}
+	return &s
+}
+
+// elapsed is the time the buckets of s refill for: the wall clock since it
+// was written, 0 if the clock stepped back a little since (no refill is
+// tighter, never looser).
+func elapsed(s *state.Snapshot, now time.Time) time.Duration { return max(now.Sub(s.Written), 0) }
+
+// restore puts the snapshot's buckets into the engine. It runs before the
+// listeners open: nothing is served while buckets are still being restored.
+func (k *keeper) restore(s *state.Snapshot, started time.Time) {
+	saved := map[uint16]string{} // saved group -> its view's service
+	for _, v := range s.Views {
+		saved[v.Group] = v.Service
+	}
+	groupOf := func(g uint16) (uint16, bool) {
+		if g == 0 {
+			return 0, true // share: replica
+		}
+		svc, ok := saved[g]
+		if !ok {
+			return 0, false
+		}
+		for _, v := range k.d.views {
+			if v.service == svc {
+				return uint16(v.group), true
+			}
+		}
+		return 0, false
+	}
+	now := time.Now()
+	res := k.d.engine.Restore(s.Buckets, s.Weights, elapsed(s, now), groupOf, k.d.clock())
+	took := time.Since(started)
+	k.restored.Set(float64(res.Kept))
+	k.restoreTime.Set(took.Seconds())
+	k.d.log.Info("state restored", "path", k.path, "written", s.Written, "down", elapsed(s, now).Round(time.Millisecond),
+		"buckets", len(s.Buckets), "restored", res.Kept, "refilled_meanwhile", res.Full, "rule_gone_or_changed", res.Gone,
+		"no_room", res.NoRoom, "took", took.Round(time.Millisecond))
+}
+
+// initial is the saved view of service, to stand until Consul answers; nil
+// when the snapshot has none.
+func initial(s *state.Snapshot, service string) *membership.View {
+	if s == nil || service == "" {
+		return nil
+	}
+	for _, v := range s.Views {
+		if v.Service == service {
+			return &membership.View{Total: v.Total, Local: v.Local, TotalWeight: v.TotalWeight, LocalWeight: v.LocalWeight, Weight: v.Weight}
+		}
+	}
+	return nil
+}
+
+// write saves the state now. It returns how many buckets it wrote.
+func (k *keeper) write(why string) (uint64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	start := time.Now()
+	h := state.Header{Written: start, Seed: k.d.engine.Seed(), Weights: k.d.engine.Weights()}
+	for _, v := range k.d.views {
+		mv := v.cur.Load()
+		h.Views = append(h.Views, state.View{Group: uint16(v.group), Service: v.service, Total: mv.Total, Local: mv.Local,
+			TotalWeight: mv.TotalWeight, LocalWeight: mv.LocalWeight, Weight: mv.Weight})
+	}
+	now := k.d.clock()
+	n, size, err := state.WriteFile(k.path, h, func(add func([]bucket.Saved) error) error {
+		var err error
+		k.d.engine.Export(now, func(b []bucket.Saved) {
+			if err == nil {
+				err = add(b)
+			}
+		})
+		return err
+	})
+	took := time.Since(start)
+	if err != nil {
+		k.writeErrors.Inc()
+		k.d.log.Error("state file not written", "path", k.path, "why", why, "err", err)
+		return 0, err
+	}
+	k.writes.Inc()
+	k.lastWrite.Set(took.Seconds())
+	k.lastBuckets.Set(float64(n))
+	k.d.log.Debug("state written", "path", k.path, "why", why, "buckets", n, "bytes", size, "took", took)
+	return n, nil
+}
+
+// finalWrite is the write on shutdown, after the gRPC server stopped (no
+// decision changes a bucket any more). It gives up waiting after timeout,
+// so shutdown completes whatever the disk does.
+func (k *keeper) finalWrite(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if n, err := k.write("shutdown"); err == nil {
+			k.d.log.Info("state written", "path", k.path, "buckets", n)
+		}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		k.writeErrors.Inc()
+		k.d.log.Error("state file not written within --shutdown-timeout; stopping without it", "path", k.path, "timeout", timeout)
+	}
+}
+
+// checkpoints writes the state every interval until ctx ends.
+func (k *keeper) checkpoints(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			k.write("checkpoint") //nolint:errcheck // logged and counted
+		}
+	}
+}
+
+// removeTemps removes the temporary files of writes a crash cut short.
+func (k *keeper) removeTemps() {
+	dir, base := filepath.Dir(k.path), "."+filepath.Base(k.path)+".tmp-"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), base) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
