@@ -120,11 +120,17 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 			return nil, err
 		}
 	}
+	restored := d.snap != nil
 	if d.xds == nil {
 		// Every bucket is back before a listener opens: nothing is served
 		// with full buckets for keys still being restored. (Rules from
 		// xDS restore once the first config arrives, before Serve.)
 		d.restore()
+	}
+	j := newJoiner(d.engine.Store(), d.clock, cfg.JoinRamp, d.views, restored)
+	j.register(metrics.Registry)
+	for _, v := range d.views {
+		v.join.Store(j)
 	}
 	// Listen before building the gRPC server: grpc-go starts its stream
 	// workers in NewServer, and a listener that fails must leave nothing

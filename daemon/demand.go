@@ -103,9 +103,7 @@ type demander struct {
 	// (by value ID) and their candidates.
 	hotRates map[string]map[uint64]*demand.Rates
 	cands    map[string]*demand.Candidates
-	// hotIDs is each per-value rule's hot set as last given to the engine,
-	// sorted.
-	hotIDs map[string][]uint64
+	warnedSlots bool // warned once that the leader makes more values hot than this replica can hold
 
 	session *consulkv.Session
 	pub     *consulkv.Publisher
@@ -122,7 +120,7 @@ type grow struct {
 func newDemander(v *view, e *descriptors.Engine, client *api.Client, set demandSettings, log *slog.Logger) *demander {
 	return &demander{v: v, engine: e, client: client, set: set, log: log, wall: time.Now,
 		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{},
-		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{}, hotIDs: map[string][]uint64{}}
+		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{}}
 }
 
 // rules are the installed demand rules of this view's domains.
@@ -569,24 +567,42 @@ func (d *demander) apply(rules []descriptors.DemandBinding, now time.Time) {
 // per-value rule b and sets each one's weight. Without fresh parameters the
 // hot values stay, at their equal share. Called with mu held.
 func (d *demander) applyValues(b descriptors.DemandBinding, now time.Time, mono int64) {
-	id := b.State.Identity()
 	equal := d.engine.GroupWeight(b.State.DomainGroup()).W
 	rp := d.usable(b, now)
 	fresh := d.params != nil && now.Sub(time.Unix(0, d.params.At)) <= d.staleAfter()
 	if fresh {
+		// The parameters' hot values first, then those that cool: a value
+		// the parameters no longer name goes back to its usual bucket only
+		// once its share has grown back to the equal share, which waits
+		// growDelay like any grow (a peer may still hold the large share
+		// these parameters took from it).
 		var ids []uint64
 		if rp != nil {
 			for _, v := range rp.Values {
 				ids = append(ids, v.ID)
 			}
 		}
-		if !slices.Equal(ids, d.hotIDs[id]) {
+		named := len(ids)
+		cur := b.State.HotValues()
+		for _, hv := range cur {
+			if rp != nil && rp.FindValue(hv.ID()) != nil {
+				continue
+			}
+			if d.engine.GroupWeight(hv.Group()).W < equal*(1-1e-9) {
+				ids = append(ids, hv.ID())
+			}
+		}
+		if named > b.State.Slots()/2 && !d.warnedSlots {
+			d.warnedSlots = true
+			d.log.Warn("the leader made more values hot than --demand-top-keys here: give every replica of the service the same --demand-top-keys",
+				"service", d.v.service, "rule", b.Rule.Path(), "hot", named, "top_keys", b.State.Slots()/2)
+		}
+		if !sameIDs(ids, cur) {
 			before := map[uint64]int{}
-			for _, hv := range b.State.HotValues() {
+			for _, hv := range cur {
 				before[hv.ID()] = hv.Group()
 			}
 			after := d.engine.SetHot(b.State, ids, mono)
-			d.hotIDs[id] = ids
 			// A slot that changed hands starts afresh: no grow meant for
 			// its last value applies to the next.
 			for _, hv := range after {
@@ -609,6 +625,23 @@ func (d *demander) applyValues(b descriptors.DemandBinding, now time.Time, mono 
 		}
 		d.aim(hv.Group(), want, now, mono)
 	}
+}
+
+// sameIDs reports whether hot holds exactly the values ids names.
+func sameIDs(ids []uint64, hot []*descriptors.HotValue) bool {
+	if len(ids) != len(hot) {
+		return false
+	}
+	set := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	for _, hv := range hot {
+		if !set[hv.ID()] {
+			return false
+		}
+	}
+	return true
 }
 
 // aim moves group g's weight towards want: a smaller one at once, a larger

@@ -166,8 +166,12 @@ func TestDemanderHotValues(t *testing.T) {
 	if w := r.e.GroupWeight(hv.Group()).W; w > 0.05 {
 		t.Errorf("big's share after the others took it: %v, want its demand plus headroom", w)
 	}
-	// Leaving big out cools it, without a fresh burst.
+	// Leaving big out cools it once its share has grown back to the equal
+	// share (the grow delay), without a fresh burst: the clock of the
+	// buckets stands still here, so its bucket is as spent as it was.
 	r.valueParams(map[string][]float64{})
+	r.tick(r.d.growDelay())
+	r.tick(demandTick)
 	if r.hot("big") != nil {
 		t.Fatal("big still hot")
 	}
@@ -292,5 +296,57 @@ func TestLeaderDividesValues(t *testing.T) {
 	r.d.mu.Unlock()
 	if len(div) == 0 || div[0].Value == "" || div[0].Node != "n1" {
 		t.Fatalf("division %+v", div)
+	}
+}
+
+func (r *valueRig) admitAt(v string, n int, now int64) int {
+	ok := 0
+	var dec descriptors.Decision
+	for range n {
+		if err := r.e.Decide(&dec, "a", clientDesc(v), 1, now); err != nil {
+			r.t.Fatal(err)
+		}
+		if dec.Code == descriptors.OK {
+			ok++
+		}
+	}
+	return ok
+}
+
+// Cooling a value is a grow for a replica whose hot share was under its
+// equal share: it waits the grow delay, as every grow does, since a peer
+// that has not had the cooling parameters yet still enforces its large hot
+// share. Only then does the value go back to its usual bucket.
+func TestDemanderCoolingWaitsLikeAGrow(t *testing.T) {
+	r := newValueRig(t)
+	var mono int64
+	r.d.v.clock = func() int64 { return mono }
+	// P1: big is hot; n2 wants it (1000/s), this replica 10/s.
+	r.wroteValues(map[string]float64{"big": 10})
+	r.valueParams(map[string][]float64{"big": {10, 1000, 10, 10}})
+	hv := r.hot("big")
+	if hv == nil {
+		t.Fatal("big not hot")
+	}
+	small := r.e.GroupWeight(hv.Group()).W
+	r.admitAt("big", 400, mono) // spends this replica's small bucket
+	// P2 leaves big out (hotter values displaced it, say).
+	r.valueParams(map[string][]float64{})
+	dt := r.d.growDelay() / 2
+	mono += int64(dt)
+	r.tick(dt)
+	got := r.admitAt("big", 400, mono)
+	if allowed := small*400*dt.Seconds() + 1; float64(got) > allowed {
+		t.Errorf("big admitted %d within %v of cooling, before the grow delay: at most %.1f at its share under P1", got, dt, allowed)
+	}
+	if r.hot("big") == nil {
+		t.Error("big left its slot before its share grew back to the equal share")
+	}
+	// After the delay, the share is back at equal, and the value cools.
+	mono += int64(r.d.growDelay())
+	r.tick(r.d.growDelay())
+	r.tick(demandTick)
+	if r.hot("big") != nil {
+		t.Errorf("big still hot at weight %v after the grow delay", r.e.GroupWeight(hv.Group()).W)
 	}
 }

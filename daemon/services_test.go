@@ -53,6 +53,7 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 		}
 	}
 	cfg.Replicas, cfg.Node, cfg.MembershipHold = 5, "node-1", 0
+	cfg.JoinRamp = 0 // the test reads fresh buckets: no join ramp
 	cfg.DomainServices = []config.DomainService{{Domain: "a", Service: "svc-a"}, {Domain: "b", Service: "svc-b"}}
 	d, err := New(cfg, quietLog(), "test")
 	if err != nil {

@@ -30,6 +30,9 @@ type view struct {
 	// demand shares this view's demand rules; nil for a static view. Set
 	// before the watch runs.
 	demand *demander
+	// join is told of each view published, for the join ramp; nil until
+	// the daemon has decided it.
+	join atomic.Pointer[joiner]
 }
 
 // publish puts a view in force: the engine re-divides the group's limits,
@@ -37,6 +40,9 @@ type view struct {
 func (v *view) publish(mv membership.View) {
 	v.cur.Store(&mv)
 	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
+	if j := v.join.Load(); j != nil {
+		j.observed(v, mv)
+	}
 	if v.demand != nil {
 		// The equal share moved, and the units the shares scale by: a
 		// shrink applies at once here too.

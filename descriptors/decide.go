@@ -231,7 +231,7 @@ func (e *Engine) route(req *bucket.Request, domainGroup uint16, lim *Limit, dr *
 	case lim.share == ShareReplica:
 		req.Group = replicaGroup
 	case hv != nil:
-		req.From, req.FromWeight = req.Key, e.weights[domainGroup].Load()
+		req.From, req.FromWeight, req.FromOverflow = req.Key, e.weights[domainGroup].Load(), req.OverflowKey
 		req.Key, req.OverflowKey = mix(req.Key, hv.salt), mix(req.OverflowKey, hv.salt)
 		req.Group = hv.group
 	case dr != nil:

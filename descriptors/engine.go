@@ -76,6 +76,14 @@ type Engine struct {
 	demandOf atomic.Pointer[map[string]*DemandRule]
 	// topKeys is --demand-top-keys.
 	topKeys atomic.Int32
+	// freeGroups are groups a gone per-value rule gave back; guarded by
+	// swapMu.
+	freeGroups []uint16
+	// hotGen numbers every hot value's buckets.
+	hotGen atomic.Uint32
+	// lastNow is the time releaseGone moves debts at: the latest time the
+	// engine was told of (SetGroupWeight, SetHot).
+	lastNow atomic.Int64
 }
 
 // DemandRule is the engine's state for one rule shared by demand: the weight
@@ -243,6 +251,9 @@ func (e *Engine) swap(set *Set) *Set {
 		}
 		in.domains[name] = slot{dom: dom, group: g}
 	}
+	// Rules that are gone give their slots back first, so an edited rule
+	// (a new identity) can take them.
+	e.releaseGone(in, e.lastNow.Load())
 	e.bindDemand(in)
 	old := e.cur.Swap(in)
 	if old == nil {
@@ -269,14 +280,21 @@ func (e *Engine) bindDemand(in *installed) {
 			}
 			dg := in.domains[r.domain].group
 			if r.PerValue() {
-				// Its values that are not hot stay in the domain's group;
-				// hot ones take groups as they heat (SetHot).
-				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: dg, domainGroup: dg,
-					hot: &hotState{top: &e.topKeys}}
-			} else if n := int(e.groups.Load()); n <= MaxGroups {
-				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: uint16(n), domainGroup: dg}
-				e.weights[n].Store(bucket.InitialWeight(e.weights[dg].Load().W))
-				e.groups.Store(int32(n + 1))
+				// Its values that are not hot stay in the domain's group.
+				// Its slots are taken now, all of them, so a value the
+				// service's leader makes hot always finds one: a replica
+				// that could not hold a hot value would enforce its equal
+				// share where the division counted a smaller one.
+				if gs := e.takeGroups(2*int(e.topKeys.Load()), e.weights[dg].Load().W); gs != nil {
+					d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: dg, domainGroup: dg,
+						hot: &hotState{top: &e.topKeys}}
+					for i, g := range gs {
+						d.hot.slots = append(d.hot.slots, hotSlot{group: g})
+						d.hot.free = append(d.hot.free, len(gs)-1-i)
+					}
+				}
+			} else if gs := e.takeGroups(1, e.weights[dg].Load().W); gs != nil {
+				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: gs[0], domainGroup: dg}
 			}
 			states[r.identity] = d
 			old = states
@@ -288,6 +306,68 @@ func (e *Engine) bindDemand(in *installed) {
 			in.demand = make([]*DemandRule, len(in.set.rules))
 		}
 		in.demand[i] = d
+	}
+	if states != nil {
+		e.demandOf.Store(&states)
+	}
+}
+
+// takeGroups returns n groups at weight w: freed ones first, then new ones;
+// nil, taking none, when there are not n. Called with swapMu held.
+func (e *Engine) takeGroups(n int, w float64) []uint16 {
+	if n <= 0 || len(e.freeGroups)+MaxGroups+1-int(e.groups.Load()) < n {
+		return nil
+	}
+	out := make([]uint16, 0, n)
+	for len(out) < n && len(e.freeGroups) > 0 {
+		g := e.freeGroups[len(e.freeGroups)-1]
+		e.freeGroups = e.freeGroups[:len(e.freeGroups)-1]
+		// The group's history goes on (its old buckets, orphans now, are
+		// judged by it); only its weight changes.
+		old := e.weights[g].Load()
+		e.weights[g].Store(old.Next(w, old.Since))
+		out = append(out, g)
+	}
+	for len(out) < n {
+		g := int(e.groups.Load())
+		e.weights[g].Store(bucket.InitialWeight(w))
+		e.groups.Store(int32(g + 1))
+		out = append(out, uint16(g))
+	}
+	return out
+}
+
+// releaseGone gives back the slots of per-value demand rules that in no
+// longer holds: their hot values cool (their debt goes back to the usual
+// buckets, in case the rule comes back) and their groups can serve other
+// rules. The hot buckets left in them are never found again: every hot
+// value's buckets are keyed by a generation no other value shares. A rule
+// with one bucket keeps its group: its bucket, which a returning rule finds
+// again, records it. Called with swapMu held, before in is installed: a
+// decision still on the old set finds the values cold, their debt in the
+// usual buckets.
+func (e *Engine) releaseGone(in *installed, now int64) {
+	old := *e.demandOf.Load()
+	present := make(map[string]bool, len(in.set.rules))
+	for _, r := range in.set.rules {
+		present[r.identity] = true
+	}
+	var states map[string]*DemandRule
+	for id, d := range old {
+		if present[id] || d == nil || d.hot == nil {
+			continue
+		}
+		e.setHot(d, nil, now)
+		d.hot.mu.Lock()
+		for _, sl := range d.hot.slots {
+			e.freeGroups = append(e.freeGroups, sl.group)
+		}
+		d.hot.slots, d.hot.free = nil, nil
+		d.hot.mu.Unlock()
+		if states == nil {
+			states = maps.Clone(old)
+		}
+		delete(states, id)
 	}
 	if states != nil {
 		e.demandOf.Store(&states)
@@ -349,6 +429,7 @@ func (e *Engine) SetGroupWeight(g int, w float64, now int64) {
 	if !(w > 0) || w > 1 || g < DefaultGroup || g >= int(e.groups.Load()) {
 		return // a weight outside (0,1] is a bug upstream of here; keep the last
 	}
+	e.noteNow(now)
 	p := &e.weights[g]
 	for {
 		old := p.Load()
@@ -356,6 +437,15 @@ func (e *Engine) SetGroupWeight(g int, w float64, now int64) {
 			return
 		}
 		if p.CompareAndSwap(old, old.Next(w, now)) {
+			return
+		}
+	}
+}
+
+// noteNow records now as the latest time the engine was told of.
+func (e *Engine) noteNow(now int64) {
+	for n := e.lastNow.Load(); now > n; n = e.lastNow.Load() {
+		if e.lastNow.CompareAndSwap(n, now) {
 			return
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
-	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
 // Hot values. A rule with a bucket per value (a per-IP limit, say) is shared
@@ -81,11 +79,9 @@ func (h *HotValue) Label() string {
 	return ""
 }
 
-// hotSlot is a weight group a rule's hot values take turns in. gen counts
-// its values, so each gets buckets no earlier value used.
+// hotSlot is a weight group a rule's hot values take turns in.
 type hotSlot struct {
 	group uint16
-	gen   uint32
 }
 
 // hotState is a per-value demand rule's hot values and candidates.
@@ -200,15 +196,18 @@ func (d *DemandRule) HotValues() []*HotValue {
 	return out
 }
 
-// SetHot makes exactly ids (up to the engine's top-keys) the hot values of
-// per-value demand rule d, at now on the engine's clock. A value that stays
-// hot keeps its group and meter. A new one takes a free slot, or a new
-// group while the rule has fewer than top-keys slots and groups are left;
-// its group starts at the rule's equal share. A value that is no longer hot
-// hands its bucket's debt back to its usual bucket. It returns the hot
-// values; a value that found no group stays at its equal share and is not
-// among them.
+// SetHot makes exactly ids (at most the rule's slots: twice its top-keys)
+// the hot values of per-value demand rule d, at now on the engine's clock.
+// A value that stays hot keeps its group and meter. A new one takes a free
+// slot, whose group starts at the rule's equal share. A value that is no
+// longer hot hands its bucket's debt back to its usual bucket. It returns
+// the hot values.
 func (e *Engine) SetHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
+	e.noteNow(now)
+	return e.setHot(d, ids, now)
+}
+
+func (e *Engine) setHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
 	if d == nil || d.hot == nil {
 		return nil
 	}
@@ -219,7 +218,7 @@ func (e *Engine) SetHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
 	if p := h.set.Load(); p != nil {
 		old = *p
 	}
-	top := int(e.topKeys.Load())
+	top := len(h.slots)
 	next := make(map[uint64]*HotValue, min(len(ids), top))
 	for _, id := range ids {
 		if len(next) >= top {
@@ -235,30 +234,29 @@ func (e *Engine) SetHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
 			gone = append(gone, hv)
 		}
 	}
-	// Slots of values that cooled are free again, with a new generation.
+	// Slots of values that cooled are free again.
 	for _, hv := range gone {
 		for i := range h.slots {
 			if h.slots[i].group == hv.group {
-				h.slots[i].gen++
 				h.free = append(h.free, i)
 			}
 		}
 	}
 	equal := e.weights[d.domainGroup].Load().W
 	for _, id := range ids {
-		if len(next) >= top {
+		if len(next) >= top || len(h.free) == 0 {
 			break
 		}
 		if next[id] != nil {
 			continue
 		}
-		i, ok := e.slot(h, top)
-		if !ok {
-			break
-		}
-		s := h.slots[i]
-		e.SetGroupWeight(int(s.group), equal, now)
-		next[id] = &HotValue{id: id, group: s.group, salt: uint64(s.group)<<32 | uint64(s.gen)}
+		i := h.free[len(h.free)-1]
+		h.free = h.free[:len(h.free)-1]
+		g := h.slots[i].group
+		e.SetGroupWeight(int(g), equal, now)
+		// Every hot value's buckets carry a generation no other shares,
+		// so none finds a bucket an earlier value left in its group.
+		next[id] = &HotValue{id: id, group: g, salt: uint64(g)<<32 | uint64(e.hotGen.Add(1))}
 	}
 	h.set.Store(&next)
 	// After the new set is in place, so a request that sees the value cold
@@ -282,33 +280,23 @@ func slicesOf(m map[uint64]*HotValue) []*HotValue {
 	return out
 }
 
-// slot returns a free slot of h, taking a new group when h has fewer than
-// top slots. Called with h.mu held.
-func (e *Engine) slot(h *hotState, top int) (int, bool) {
-	if n := len(h.free); n > 0 {
-		i := h.free[n-1]
-		h.free = h.free[:n-1]
-		return i, true
+// Slots is how many values of d can be hot at once on this replica.
+func (d *DemandRule) Slots() int {
+	if d.hot == nil {
+		return 0
 	}
-	if len(h.slots) >= top {
-		return 0, false
-	}
-	e.swapMu.Lock()
-	defer e.swapMu.Unlock()
-	n := int(e.groups.Load())
-	if n > MaxGroups {
-		return 0, false
-	}
-	e.weights[n].Store(bucket.InitialWeight(1))
-	e.groups.Store(int32(n + 1))
-	h.slots = append(h.slots, hotSlot{group: uint16(n)})
-	return len(h.slots) - 1, true
+	d.hot.mu.Lock()
+	defer d.hot.mu.Unlock()
+	return len(d.hot.slots)
 }
 
 // SetDemandTopKeys sets --demand-top-keys: how many values of each per-value
-// rule can be hot. 0 leaves per-value rules at their equal shares, as if
-// they were not shared by demand. Like SetShareMode, it must be called
-// before the engine serves.
+// rule the service's leader makes hot. Each such rule takes twice as many
+// weight groups, so a value cooling (which waits for its share to grow back
+// to the equal share) never keeps a newly hot one out. 0 leaves per-value
+// rules at their equal shares, as if they were not shared by demand. Like
+// SetShareMode, it must be called before the engine serves, before any rule
+// is installed.
 func (e *Engine) SetDemandTopKeys(n int) {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()

@@ -15,7 +15,10 @@ import (
 
 // hotRig is a per-client limit of 100 a second (burst 100) shared by
 // demand, at equal share 0.25.
-func hotRig(t *testing.T) (*Engine, *DemandRule) {
+func hotRig(t *testing.T) (*Engine, *DemandRule) { return hotRigTop(t, DefaultTopKeys) }
+
+// hotRigTop is hotRig with --demand-top-keys top.
+func hotRigTop(t *testing.T, top int) (*Engine, *DemandRule) {
 	t.Helper()
 	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
 		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n" +
@@ -24,7 +27,9 @@ func hotRig(t *testing.T) (*Engine, *DemandRule) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEngine(set, 0.25, bucket.NewStore(0))
+	e := NewEngine(nil, 0.25, bucket.NewStore(0))
+	e.SetDemandTopKeys(top)
+	e.Swap(set)
 	d := demandOf(t, e, "a.client")
 	if d == nil || !d.PerValue() {
 		t.Fatalf("a.client is not a per-value demand rule: %+v", d)
@@ -109,14 +114,16 @@ func TestColdValueHandsBackDebt(t *testing.T) {
 	}
 }
 
-// A slot freed by a value that cooled is reused, with a new generation: the
-// next value gets a bucket the last one never used, and groups stay bounded
-// by top-keys however values come and go.
+// A rule takes its slots when it is installed, twice its top-keys, and
+// never more: a slot freed by a value that cooled is reused, and the next
+// value gets a bucket the last one never used.
 func TestHotSlotsAreReusedAndBounded(t *testing.T) {
-	e, d := hotRig(t)
-	e.SetDemandTopKeys(2)
-	d = demandOf(t, e, "a.client")
-	groups := e.groups.Load()
+	groups0 := NewEngine(nil, 0.25, bucket.NewStore(0)).groups.Load()
+	e, d := hotRigTop(t, 2)
+	// Two per-value demand rules (client and w), four slots each.
+	if n := e.groups.Load() - groups0; n != 8 || d.Slots() != 4 {
+		t.Fatalf("%d groups taken, %d slots, want 8 and 4 for top-keys 2", n, d.Slots())
+	}
 	ids := func(vals ...string) []uint64 {
 		var out []uint64
 		for _, v := range vals {
@@ -124,19 +131,22 @@ func TestHotSlotsAreReusedAndBounded(t *testing.T) {
 		}
 		return out
 	}
-	if hot := e.SetHot(d, ids("a", "b", "c"), 0); len(hot) != 2 {
-		t.Fatalf("%d hot with top-keys 2", len(hot))
+	if hot := e.SetHot(d, ids("a", "b", "c", "d", "e"), 0); len(hot) != 4 {
+		t.Fatalf("%d hot with 4 slots", len(hot))
 	}
-	e.SetGroupWeight(d.HotValues()[0].Group(), 0.5, 0)
-	e.SetGroupWeight(d.HotValues()[1].Group(), 0.5, 0)
+	e.SetHot(d, ids("a", "b"), 0)
+	for _, hv := range d.HotValues() {
+		e.SetGroupWeight(hv.Group(), 0.5, 0)
+	}
 	if got := admitted(t, e, "a", desc("client=a"), 100, 0); got != 50 {
 		t.Fatalf("a admitted %d", got)
 	}
+	groups := e.groups.Load()
 	for round := range 20 {
 		e.SetHot(d, ids(fmt.Sprint("x", round), fmt.Sprint("y", round)), 0)
 	}
-	if n := e.groups.Load() - groups; n != 2 {
-		t.Fatalf("%d groups taken for hot values, want 2", n)
+	if n := e.groups.Load(); n != groups {
+		t.Fatalf("%d groups after values came and went, was %d", n, groups)
 	}
 	// a is hot again, in a slot another value used since: it finds its own
 	// debt (handed back to its usual bucket when it cooled), no fresh burst.
@@ -146,6 +156,73 @@ func TestHotSlotsAreReusedAndBounded(t *testing.T) {
 	}
 	if got := admitted(t, e, "a", desc("client=a"), 100, 0); got != 0 {
 		t.Errorf("a admitted %d on heating again", got)
+	}
+}
+
+// A per-value rule whose limit is edited (a new identity) gives its slots
+// back: edits never use up the groups.
+func TestReloadsGiveSlotsBack(t *testing.T) {
+	e := NewEngine(nil, 0.25, bucket.NewStore(0))
+	e.SetDemandTopKeys(MaxTopKeys)
+	var groups int32
+	for i := range 10 {
+		set, err := Compile(File{Name: "a.yaml", Data: []byte(fmt.Sprintf("domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", 100+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Swap(set)
+		d := demandOf(t, e, "a.client")
+		if d == nil || d.Slots() != 2*MaxTopKeys {
+			t.Fatalf("edit %d: the rule got no slots", i)
+		}
+		if i == 1 {
+			groups = e.groups.Load()
+		}
+		if i > 1 && e.groups.Load() != groups {
+			t.Fatalf("edit %d: %d groups, was %d", i, e.groups.Load(), groups)
+		}
+	}
+}
+
+// When the groups run out, a per-value rule is not shared by demand on this
+// replica at all (its report does not name it, so the leader counts it at
+// its equal share, which is what it enforces), never half.
+func TestNoGroupsNoPerValueDemand(t *testing.T) {
+	e := NewEngine(nil, 0.25, bucket.NewStore(0))
+	for {
+		if _, err := e.AddGroup(nil, 0.5); err != nil {
+			break
+		}
+	}
+	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Swap(set)
+	if d := demandOf(t, e, "a.client"); d != nil {
+		t.Fatalf("a per-value demand rule bound with no group left: %d slots", d.Slots())
+	}
+}
+
+// A value that spent its tokens through the rule's shared overflow bucket
+// (the store at its cap) does not get a fresh burst by becoming hot.
+func TestHeatAtCapKeepsDebt(t *testing.T) {
+	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(set, 0.25, bucket.NewStore(64)) // 48 buckets, 16 kept for overflow
+	d := demandOf(t, e, "a.client")
+	for i := 0; e.Store().Live() < 48; i++ {
+		admitted(t, e, "a", desc(fmt.Sprintf("client=filler%d", i)), 1, 0)
+	}
+	if got := admitted(t, e, "a", desc("client=v"), 40, 0); got != 25 {
+		t.Fatalf("v admitted %d through the overflow bucket, want 25", got)
+	}
+	e.SetHot(d, []uint64{idOf(e, d, "client=v")}, 0)
+	if got := admitted(t, e, "a", desc("client=v"), 40, 0); got != 0 {
+		t.Errorf("v admitted %d right after becoming hot at its equal share, want 0: it had spent its tokens", got)
 	}
 }
 

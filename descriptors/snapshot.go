@@ -45,6 +45,11 @@ func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
 	for i := range ws {
 		ws[i] = e.weights[i].Load()
 	}
+	e.swapMu.Lock()
+	for _, g := range e.freeGroups {
+		ws[g] = nil // what is left in them is orphaned
+	}
+	e.swapMu.Unlock()
 	merge := map[uint64]bucket.Saved{}
 	for _, d := range *e.demandOf.Load() {
 		if d == nil || d.hot == nil {

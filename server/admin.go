@@ -253,6 +253,9 @@ type RuleInfo struct {
 	ShadowMode    bool    `json:"shadow_mode,omitempty"`
 	Name          string  `json:"name,omitempty"`
 	BelowOneToken bool    `json:"below_one_token,omitempty"`
+	// RampSeconds is the rule's join ramp while it is in progress: its new
+	// buckets start at the ramp's elapsed time over this; 0 with none.
+	RampSeconds float64 `json:"join_ramp_seconds,omitempty"`
 }
 
 // Config is what /rlconfig reports.
@@ -265,14 +268,33 @@ type Config struct {
 	Buckets    int          `json:"buckets"`
 	MaxBuckets int          `json:"max_buckets"`
 	Overflowed uint64       `json:"overflowed"`
-	Rules      []RuleInfo   `json:"rules"`
+	// JoinRamp is the join ramp in progress (--join-ramp), nil when none.
+	JoinRamp *JoinRamp  `json:"join_ramp,omitempty"`
+	Rules    []RuleInfo `json:"rules"`
+}
+
+// JoinRamp is a join ramp in progress: new buckets start emptier than full.
+type JoinRamp struct {
+	// ElapsedSeconds is the time since the ramp began; a rule's new buckets
+	// start at ElapsedSeconds ÷ its ramp (RuleInfo.RampSeconds), at most full.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	EndsInSeconds  float64 `json:"ends_in_seconds"`
+	Rejected       uint64  `json:"rejected"`
+	WithheldTokens uint64  `json:"withheld_tokens"`
 }
 
 // Snapshot gathers /rlconfig's figures.
 func (a *Admin) Snapshot() Config {
 	views := a.views()
-	c := Config{Membership: views[0], Services: views[1:], Reload: a.reload(), Buckets: a.engine.Store().Live(),
-		MaxBuckets: a.engine.Store().Max(), Overflowed: a.engine.Store().Overflowed()}
+	store := a.engine.Store()
+	c := Config{Membership: views[0], Services: views[1:], Reload: a.reload(), Buckets: store.Live(),
+		MaxBuckets: store.Max(), Overflowed: store.Overflowed()}
+	now := a.svc.clock()
+	ramp := store.Ramp(now)
+	if ramp != nil {
+		c.JoinRamp = &JoinRamp{ElapsedSeconds: float64(now-ramp.Start) / 1e9, EndsInSeconds: float64(ramp.End()-now) / 1e9,
+			Rejected: store.RampRejected(), WithheldTokens: store.RampWithheld()}
+	}
 	serviceOf := map[string]string{}
 	for _, v := range c.Services {
 		for _, d := range v.Domains {
@@ -296,6 +318,11 @@ func (a *Admin) Snapshot() Config {
 			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
 			info.LocalRate, info.LocalBurst = p.Local(w)
 			info.BelowOneToken = !p.Blocked() && p.Size*w < 1
+			if ramp != nil {
+				if d := ramp.Duration(&p); now-ramp.Start < int64(d) {
+					info.RampSeconds = d.Seconds()
+				}
+			}
 		}
 		c.Rules = append(c.Rules, info)
 	}
@@ -330,7 +357,12 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, " last_error=%q", src.LastError)
 		}
 	}
-	fmt.Fprintf(w, "\nbuckets: live=%d max=%d overflowed=%d\n", c.Buckets, c.MaxBuckets, c.Overflowed)
+	fmt.Fprintf(w, "\nbuckets: live=%d max=%d overflowed=%d", c.Buckets, c.MaxBuckets, c.Overflowed)
+	if r := c.JoinRamp; r != nil {
+		fmt.Fprintf(w, "\njoin ramp: new buckets start emptier than full, %.1fs in, over in %.1fs; rejected=%d withheld_tokens=%d",
+			r.ElapsedSeconds, r.EndsInSeconds, r.Rejected, r.WithheldTokens)
+	}
+	w.Write([]byte("\n"))
 	for _, r := range c.Rules {
 		if r.Unlimited {
 			fmt.Fprintf(w, "%s: unlimited (%s)\n", r.Rule, r.Position)
@@ -342,6 +374,9 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte(" (share: replica, not divided)"))
 		case r.Service != "":
 			fmt.Fprintf(w, " (weight %s of service %s)", trimFloat(r.Weight, 6), r.Service)
+		}
+		if r.RampSeconds > 0 {
+			fmt.Fprintf(w, " (join ramp: new buckets fill over %.3gs)", r.RampSeconds)
 		}
 		if r.BelowOneToken {
 			w.Write([]byte(" (share below one token: floored at 1)"))

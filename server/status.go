@@ -85,11 +85,12 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.b
 <tr><th>live</th><td class="num" id="live">{{.Buckets}}</td></tr>
 <tr><th>cap (--max-buckets)</th><td class="num">{{.MaxBuckets}}</td></tr>
 <tr><th>decisions sent to overflow buckets</th><td class="num{{if .Overflowed}} bad{{end}}" id="overflowed">{{.Overflowed}}</td></tr>
+{{with .JoinRamp}}<tr><th>join ramp</th><td id="join-ramp">in progress: new buckets start emptier than full ({{printf "%.1f" .ElapsedSeconds}} s in, over in {{printf "%.1f" .EndsInSeconds}} s); {{.Rejected}} first draws refused, {{.WithheldTokens}} tokens held back</td></tr>{{end}}
 </table>
 <h2>Rules</h2>
 <table id="rules">
 <tr><th>rule</th><th>limit</th><th class="num">cluster rate /s</th><th class="num">cluster burst</th><th class="num">local share /s</th><th class="num">local burst</th><th>notes</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if eq .Share "replica"}}per replica (not divided) {{else if .Service}}service {{.Service}} {{end}}{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
+{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if eq .Share "replica"}}per replica (not divided) {{else if .Service}}service {{.Service}} {{end}}{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .RampSeconds}}join ramp over {{printf "%.3g" .RampSeconds}} s {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
 {{end}}</table>
 <h2>Over limit in the last minute (sampled)</h2>
 {{if .TopOverLimit}}<table id="overlimit"><tr><th>rule</th><th>descriptor</th><th class="num">samples</th></tr>

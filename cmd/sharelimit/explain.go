@@ -38,13 +38,17 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		w = *weight
 	}
 	if *admin != "" {
-		v, err := liveView(*admin, *domain)
+		v, ramp, err := liveView(*admin, *domain)
 		if err != nil {
 			fmt.Fprintf(stderr, "sharelimit explain: %v\n", err)
 			return 1
 		}
 		w = v.Weight
 		fmt.Fprintln(stdout, describeView(v))
+		if ramp != nil {
+			fmt.Fprintf(stdout, "join ramp in progress (%.1fs in, over in %.1fs): a key this daemon has no bucket for yet starts emptier than full, at the time since the ramp began over its rule's ramp (/rlconfig lists each rule's)\n",
+				ramp.ElapsedSeconds, ramp.EndsInSeconds)
+		}
 	}
 	// A lone "+" separates the descriptors of one request.
 	descs := [][]*commonv3.RateLimitDescriptor_Entry{nil}
@@ -78,19 +82,19 @@ func explain(args []string, stdout, stderr io.Writer) int {
 // liveView asks a running daemon's /rlconfig for the membership view that
 // divides domain's limits: the service --domain-service maps it to, else the
 // default view.
-func liveView(admin, domain string) (server.View, error) {
+func liveView(admin, domain string) (server.View, *server.JoinRamp, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get(strings.TrimSuffix(admin, "/") + "/rlconfig?format=json")
 	if err != nil {
-		return server.View{}, fmt.Errorf("read the daemon's views: %w", err)
+		return server.View{}, nil, fmt.Errorf("read the daemon's views: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return server.View{}, fmt.Errorf("read the daemon's views: %s", resp.Status)
+		return server.View{}, nil, fmt.Errorf("read the daemon's views: %s", resp.Status)
 	}
 	var c server.Config
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&c); err != nil {
-		return server.View{}, fmt.Errorf("read the daemon's views: %w", err)
+		return server.View{}, nil, fmt.Errorf("read the daemon's views: %w", err)
 	}
 	v := c.Membership
 	for _, s := range c.Services {
@@ -99,9 +103,9 @@ func liveView(admin, domain string) (server.View, error) {
 		}
 	}
 	if !(v.Weight > 0) || v.Weight > 1 {
-		return server.View{}, fmt.Errorf("read the daemon's views: weight %v is not a share", v.Weight)
+		return server.View{}, nil, fmt.Errorf("read the daemon's views: weight %v is not a share", v.Weight)
 	}
-	return v, nil
+	return v, c.JoinRamp, nil
 }
 
 // describeView says, in one line, which view divides the domain's limits.

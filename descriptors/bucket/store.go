@@ -66,6 +66,10 @@ type Store struct {
 	// before a sweep dropped its bucket must not refill, a second time, the
 	// time up to the sweep.
 	floor atomic.Int64
+	// ramp, while set, caps the fill a new bucket starts at (ramp.go).
+	ramp         atomic.Pointer[Ramp]
+	rampRejected atomic.Uint64
+	rampWithheld atomic.Uint64 // tokens, rounded down per bucket
 }
 
 // NewStore returns an empty store holding at most max buckets, overflow
@@ -102,6 +106,10 @@ type Request struct {
 	// instead of starting with a fresh burst.
 	From       uint64
 	FromWeight *Weight
+	// FromOverflow is From's overflow bucket, which From's key may have
+	// drawn from while the store was at its cap: a missing Key starts no
+	// fuller than it either (with FromWeight set).
+	FromOverflow uint64
 	// Tag names the rule a new bucket belongs to, for snapshots; 0 for none
 	// (a request's own limit).
 	Tag uint16
@@ -130,11 +138,30 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 // create applies r to a bucket that was missing when Do looked, at its own key
 // while the store has room, else at its overflow key.
 func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
-	if res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max), s.debt(r, wt, now)); ok {
+	debt := s.debt(r, wt, now)
+	fill := debt
+	if rp := s.ramp.Load(); rp != nil {
+		fill = min(fill, rp.Fill(r.Params, now))
+	}
+	if res, ok := s.do(r.Key, r, wt, now, s.max-overflowReserve(s.max), fill); ok {
+		if fill < debt && r.Op == Draw {
+			_, size := r.Params.Local(wt.W)
+			s.rampWithheld.Add(uint64((debt - fill) * size))
+			// Refused: would the draw have passed without the ramp?
+			if !res.OK && debt*size+epsilon >= r.N && r.N <= size+epsilon {
+				s.rampRejected.Add(1)
+			}
+		}
 		return res, false
 	}
 	s.overflow.Add(1)
-	res, ok := s.do(r.OverflowKey, r, wt, now, s.max, 1)
+	// An overflow bucket starts full: it is shared. One of a key that took
+	// over from another (From) is that key's own, and starts with its debt.
+	ovFill := 1.0
+	if r.FromWeight != nil {
+		ovFill = fill
+	}
+	res, ok := s.do(r.OverflowKey, r, wt, now, s.max, ovFill)
 	if !ok {
 		// Even the overflow bucket cannot be held: refuse, never admit unmetered.
 		return Result{OK: r.Op == GiveBack}, true
@@ -176,7 +203,7 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, f
 func (s *Store) debt(r *Request, wt *Weight, now int64) float64 {
 	fill := s.fillOf(r.OverflowKey, r.Params, wt, now)
 	if r.FromWeight != nil {
-		fill = min(fill, s.fillOf(r.From, r.Params, r.FromWeight, now))
+		fill = min(fill, s.fillOf(r.From, r.Params, r.FromWeight, now), s.fillOf(r.FromOverflow, r.Params, r.FromWeight, now))
 	}
 	return fill
 }
