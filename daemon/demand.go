@@ -101,8 +101,8 @@ type demander struct {
 	division []server.DemandReplica // the last division, when leading
 	// Per-value rules, by rule identity: the meters of their hot values
 	// (by value ID) and their candidates.
-	hotRates map[string]map[uint64]*demand.Rates
-	cands    map[string]*demand.Candidates
+	hotRates    map[string]map[uint64]*demand.Rates
+	cands       map[string]*demand.Candidates
 	warnedSlots bool // warned once that the leader makes more values hot than this replica can hold
 
 	session *consulkv.Session

@@ -11,7 +11,7 @@ import (
 func TestRamp(t *testing.T) {
 	s := NewStore(0)
 	wt := InitialWeight(1)
-	p := &Params{Rate: 10, Size: 20} // burst time 2 s
+	p := &Params{Rate: 10, Size: 20}                        // burst time 2 s
 	s.Do(Request{Key: 1, Params: p, Op: Draw, N: 1}, wt, 0) // exists before the ramp: 19 left
 	s.SetRamp(&Ramp{Start: 0, Cap: 10 * time.Second})
 	draws := func(key uint64, n int, now int64) int {
