@@ -11,14 +11,17 @@ import (
 	"github.com/sharelimit/sharelimit/membership"
 )
 
-// joiner decides the join ramp (--join-ramp). A replica that starts with
-// nothing restored while other replicas of its service serve starts its new
-// buckets empty and lets them fill over the ramp, since the cluster's
-// buckets for the same keys are spent; a replica that is alone, or that
-// restored its state, does not. The decision is made at start from the
-// views in force (--replicas, or the saved ones), and revised once, when
-// Consul first confirms a view: the ramp starts then if the replica turns
-// out not to be alone, or ends if every view shows it alone.
+// joiner decides the join ramp (--join-ramp). A replica that joins a
+// service whose other replicas serve, with nothing restored, starts its new
+// buckets empty and lets them fill over the ramp: the cluster's buckets for
+// the same keys are spent, and a full bucket per key would hand the joiner's
+// first clients a fresh burst. The ramp starts when the replica first finds
+// itself counted among others: at start with --replicas N > 1 or a saved
+// view, or when Consul first lists its instance beside others (a node whose
+// daemon starts before its app registers joins then, not at start). A
+// replica that is alone, or that restored its state, does not ramp; a
+// ramp started on the --replicas guess ends if Consul's first answer shows
+// the replica alone or not yet counted. There is one ramp per process.
 type joiner struct {
 	store *bucket.Store
 	clock func() int64
@@ -26,8 +29,8 @@ type joiner struct {
 	views views
 
 	mu        sync.Mutex
-	off       bool // restored, or --join-ramp 0: never ramps
-	started   bool
+	off       bool // restored, --join-ramp 0, alone, or the join's ramp started
+	started   bool // a ramp runs (or ran) on the views as they stand
 	confirmed map[*view]bool
 }
 
@@ -35,54 +38,81 @@ func newJoiner(store *bucket.Store, clock func() int64, ramp time.Duration, vs v
 	j := &joiner{store: store, clock: clock, ramp: ramp, views: vs, off: restored || ramp == 0, confirmed: map[*view]bool{}}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.others() {
-		j.start()
-	}
+	j.decide()
 	return j
 }
 
-// others reports whether a view in force shows another replica. Called
-// with mu held.
-func (j *joiner) others() bool {
+// joined reports whether a view in force counts this replica among others.
+// Called with mu held.
+func (j *joiner) joined() bool {
 	for _, v := range j.views {
-		if mv := v.cur.Load(); mv != nil && mv.Total > mv.Local {
+		if mv := v.cur.Load(); mv != nil && mv.Local > 0 && mv.Total > mv.Local {
 			return true
 		}
 	}
 	return false
 }
 
-// start starts the ramp now. Called with mu held.
-func (j *joiner) start() {
-	if j.off || j.started {
+// decide starts the ramp when the replica has joined others, and ends one
+// that started on the --replicas guess once Consul shows the replica alone
+// (it serves on its own: no ramp, ever) or not counted yet (its join will
+// start one). Called with mu held.
+func (j *joiner) decide() {
+	if j.off {
 		return
 	}
-	j.started = true
-	r := &bucket.Ramp{Start: j.clock(), Cap: config.MaxAutoJoinRamp}
-	if j.ramp > 0 {
-		r.Fixed = j.ramp
+	switch {
+	case j.joined():
+		if !j.started {
+			j.started = true
+			r := &bucket.Ramp{Start: j.clock(), Cap: config.MaxAutoJoinRamp}
+			if j.ramp > 0 {
+				r.Fixed = j.ramp
+			}
+			j.store.SetRamp(r)
+		}
+		if j.allConfirmed() {
+			j.off = true // one ramp per process
+		}
+	case j.allConfirmed():
+		j.store.SetRamp(nil)
+		j.started = false
+		if j.alone() {
+			j.off = true
+		}
 	}
-	j.store.SetRamp(r)
 }
 
-// observed is told of every view v publishes; it acts on each view's first
-// confirmation by Consul.
-func (j *joiner) observed(v *view, mv membership.View) {
-	if mv.ObservedAt.IsZero() {
-		return
+// alone reports whether a view counts this replica and nobody else. Called
+// with mu held.
+func (j *joiner) alone() bool {
+	for _, v := range j.views {
+		if mv := v.cur.Load(); mv != nil && mv.Local > 0 && mv.Total == mv.Local {
+			return true
+		}
 	}
+	return false
+}
+
+// allConfirmed reports whether every Consul view has been confirmed (a
+// static view is as good as confirmed). Called with mu held.
+func (j *joiner) allConfirmed() bool {
+	for _, v := range j.views {
+		if v.consul != nil && !j.confirmed[v] {
+			return false
+		}
+	}
+	return true
+}
+
+// observed is told of every view v publishes.
+func (j *joiner) observed(v *view, mv membership.View) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.confirmed[v] || j.off {
-		return
+	if !mv.ObservedAt.IsZero() {
+		j.confirmed[v] = true
 	}
-	j.confirmed[v] = true
-	switch {
-	case j.others() && j.store.Ramp(j.clock()) == nil && !j.started:
-		j.start()
-	case !j.others():
-		j.store.SetRamp(nil) // alone after all: nothing to ramp against
-	}
+	j.decide()
 }
 
 // register adds the ramp's series.

@@ -86,6 +86,10 @@ type cluster struct {
 	admin   *http.Client
 	// args are added to every daemon's command line from the next start on.
 	args []string
+	// state gives every daemon a --state-file of its own, kept across its
+	// restarts, from the next start on.
+	state    bool
+	stateDir string
 }
 
 // newCluster starts a Consul agent and writes the config; no daemon runs yet.
@@ -93,12 +97,13 @@ type cluster struct {
 func newCluster(t *testing.T, k int, p configParams) *cluster {
 	t.Helper()
 	c := &cluster{
-		t:       t,
-		consul:  consultest.Start(t),
-		dir:     t.TempDir(),
-		logs:    t.TempDir(),
-		daemons: make([]*daemon, k),
-		admin:   &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
+		t:        t,
+		consul:   consultest.Start(t),
+		dir:      t.TempDir(),
+		stateDir: t.TempDir(),
+		logs:     t.TempDir(),
+		daemons:  make([]*daemon, k),
+		admin:    &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
 	}
 	// Registered after the agent's cleanup and the temp dirs', so it runs
 	// first: the daemons die before their agent and their directories.
@@ -278,7 +283,13 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 		"--drain", drain.String(),
 		"--shutdown-timeout", "5s",
 		"--log-format", "json",
+		// The scenarios measure the buckets' arithmetic from a cold start,
+		// initial bursts included; the join ramp scenarios turn it on.
+		"--join-ramp", "0",
 	)
+	if c.state {
+		cmd.Args = append(cmd.Args, "--state-file", filepath.Join(c.stateDir, node+".state"))
+	}
 	cmd.Args = append(cmd.Args, c.args...)
 	cmd.Env = append(daemonEnv(), "CONSUL_HTTP_ADDR="+c.consul.Addr())
 	cmd.Stdout, cmd.Stderr = logf, logf

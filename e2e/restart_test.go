@@ -14,16 +14,26 @@ import (
 // serving at once, while it keeps answering: every request sent to it during
 // the drain is answered, none fails. The load balancer then takes the node
 // out; the daemon stops after the drain and exits 0. It is started again on
-// the same ports, rejoins, and takes traffic again.
+// the same ports with the state file it wrote on shutdown (--state-file),
+// rejoins, and takes traffic again with the buckets it left: no fresh burst.
+// The burst is 4L (4 s of refill), so a fresh bucket would stand out against
+// what the downtime refilled: the restarted daemon admits its share's refill
+// plus what its share refilled while it was out of the load balancer (r·d,
+// the downtime refill a token bucket credits), within 5%, and so does the
+// cluster in every one-second window.
 func TestGracefulRestart(t *testing.T) {
 	const k = 4
-	p := configParams{Limit: limit, Quota: 40}
+	p := configParams{Limit: limit, Burst: 4 * limit, Quota: 40}
 	c := newCluster(t, k, p)
+	c.state = true
 	c.register(0, 1, 2, 3)
 	c.startAll(k)
 
-	l := startLoad(t, c, loadOpts{rate: 2 * limit, max: 12 * time.Second, weights: []float64{1, 1, 1, 1}})
-	l.sleepUntil(2 * time.Second)
+	// Each replica's bucket (B/k = L/k·4 s) is spent by 4 s under 2L offered:
+	// the SIGTERM comes after, so what the restarted daemon has is what its
+	// share refilled while it was out of the load balancer.
+	l := startLoad(t, c, loadOpts{rate: 2 * limit, max: 15 * time.Second, weights: []float64{1, 1, 1, 1}})
+	l.sleepUntil(5 * time.Second)
 	victim := c.daemons[3]
 	if st, err := victim.grpcHealth(); err != nil || st != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("%s before SIGTERM: gRPC health %v, %v; want SERVING", victim.node, st, err)
@@ -88,7 +98,7 @@ func TestGracefulRestart(t *testing.T) {
 	tb.add("exited (status 0)", exited, "", "", "", "")
 	tb.add("restarted, serving "+back.String(), tBack-tTerm, bOK+bOver+bErrs, bOK, bOver, bErrs)
 	tb.log(t)
-	t.Logf("the restarted daemon admitted %d in its first %s back (its share is %.0f/s; a restarted replica starts with full buckets, %.0f tokens); load: %s",
+	t.Logf("the restarted daemon admitted %d in its first %s back (its share is %.0f/s, its bucket %.0f tokens); load: %s",
 		bOK, back.to-back.from, float64(limit)/k, p.burst()/k, l.lateness())
 
 	if dOK+dOver == 0 {
@@ -99,5 +109,22 @@ func TestGracefulRestart(t *testing.T) {
 	}
 	if bOK+bOver == 0 || bErrs > 0 {
 		t.Errorf("restarted %s answered %d requests, %d failed", d.node, bOK+bOver, bErrs)
+	}
+	// Its first seconds back: its share refills at L/k, from the buckets it
+	// saved (spent, under 2L offered) plus what its share refilled while it
+	// was out of the load balancer: r·d, at most its share of the burst.
+	r := float64(limit) / k
+	idle := (tBack - tOut).Seconds()
+	refilled := min(r*idle, p.burst()/k)
+	most := r*(back.to-back.from).Seconds() + refilled
+	t.Logf("restarted %s admitted %d in its first %v back; its share's refill and what %.2fs out of the load balancer refilled come to %.0f; a fresh bucket would add %.0f more",
+		d.node, bOK, back.to-back.from, idle, most, p.burst()/k-refilled)
+	if float64(bOK) > most*(1+tolerance)+2 {
+		t.Errorf("restarted %s admitted %d in its first %v back, more than %.0f: a fresh burst?", d.node, bOK, back.to-back.from, most)
+	}
+	worst, ww := l.worstWindow(t, tBack, tBack+3*time.Second)
+	t.Logf("worst one-second window after the restart: %.1f/s in %v (%s of L; the downtime refill is %.0f tokens)", worst, ww, dev(worst, limit), refilled)
+	if bound := (float64(limit) + refilled) * (1 + tolerance); worst > bound {
+		t.Errorf("a one-second window after the restart admitted %.1f/s, above L plus the downtime refill plus %.0f%% (%.0f)", worst, 100*tolerance, bound)
 	}
 }

@@ -13,7 +13,10 @@ const settle = 2 * time.Second
 
 // TestScaleUp: two replicas share L under an offered load of 2L; two more
 // nodes join while traffic flows. Every daemon's weight becomes 1/4, and two
-// seconds after the catalog change the aggregate is back at L.
+// seconds after the catalog change the aggregate is back at L. It runs with
+// the join ramp off and with it (--join-ramp auto, the default outside
+// these tests): without it the new replicas' full buckets push the cluster
+// over L in the 2 s after the change; with it, no more than L + 5%.
 //
 // The new nodes boot their daemons before their app instances register, as
 // a node would: until then those daemons see two replicas, not themselves,
@@ -21,9 +24,24 @@ const settle = 2 * time.Second
 // is the catalog change; the load balancer starts sending the new nodes
 // their part of the traffic at the same moment.
 func TestScaleUp(t *testing.T) {
+	var transient [2]float64
+	for i, ramp := range []string{"0", "auto"} {
+		t.Run("join-ramp="+ramp, func(t *testing.T) { transient[i] = scaleUp(t, ramp) })
+	}
+	tb := newTable(fmt.Sprintf("scale up 2 → 4 under 2L offered, L=%d/s: the 2 s after the catalog change", limit), "--join-ramp", "cluster admitted/s", "of L")
+	for i, ramp := range []string{"0", "auto"} {
+		tb.add(ramp, transient[i], dev(transient[i], limit))
+	}
+	tb.log(t)
+}
+
+// scaleUp runs the scale-up with --join-ramp ramp and returns the cluster's
+// admitted rate in the 2 s after the catalog change.
+func scaleUp(t *testing.T, ramp string) float64 {
 	const k = 4
 	p := configParams{Limit: limit, Quota: 40}
 	c := newCluster(t, k, p)
+	c.args = []string{"--join-ramp", ramp}
 	c.register(0, 1)
 	c.start(0, 2)
 	c.start(1, 2)
@@ -79,6 +97,10 @@ func TestScaleUp(t *testing.T) {
 			{T: (t0 + slowest).Seconds(), Label: fmt.Sprintf("all at w=1/4 (+%d ms)", slowest.Milliseconds())},
 		})
 	ts.writeIfAsked(t)
+	if ramp != "0" && rTransient > limit*(1+tolerance) {
+		t.Errorf("with the join ramp the cluster admitted %.1f/s in the 2 s after the change, above L + %.0f%%", rTransient, 100*tolerance)
+	}
+	return rTransient
 }
 
 // TestScaleDown: four replicas share L; two nodes leave while traffic flows
