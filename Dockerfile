@@ -25,9 +25,17 @@ ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
     -o /out/sharelimit ./cmd/sharelimit
+# The state directory, to be owned by the image's user (distroless has no shell
+# to make it there).
+RUN mkdir -p /out/state
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sharelimit /sharelimit
+COPY --from=build --chown=65532:65532 /out/state /var/lib/sharelimit
+# The buckets, saved on shutdown and every 10s and restored on start, so a
+# restart hands out no fresh burst. Mount a volume here to keep them across
+# containers.
+VOLUME ["/var/lib/sharelimit"]
 # distroless's "nonroot" user, by number: Kubernetes' runAsNonRoot can only
 # verify a numeric USER.
 USER 65532:65532
@@ -35,4 +43,4 @@ USER 65532:65532
 # binary probes itself.
 HEALTHCHECK --interval=10s --timeout=3s CMD ["/sharelimit", "healthcheck"]
 ENTRYPOINT ["/sharelimit"]
-CMD ["serve", "--config-dir", "/etc/sharelimit/config"]
+CMD ["serve", "--config-dir", "/etc/sharelimit/config", "--state-file", "/var/lib/sharelimit/state", "--state-interval", "10s"]

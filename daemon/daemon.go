@@ -391,11 +391,14 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		d.log.Info("shutting down: draining", "drain", d.cfg.Drain)
 		d.admin.SetDraining()
 		d.health.Shutdown()
+		stopping := time.Now()
 		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.httpServers()...)
 		if d.state != nil {
 			// After the gRPC server stopped: no decision changes a
-			// bucket any more.
-			d.state.finalWrite(d.cfg.ShutdownTimeout)
+			// bucket any more. The write gets what is left of
+			// --shutdown-timeout after the drain and the in-flight calls.
+			left := d.cfg.ShutdownTimeout - max(time.Since(stopping)-d.cfg.Drain, 0)
+			d.state.finalWrite(left)
 		}
 		d.log.Info("stopped")
 		return nil

@@ -182,9 +182,15 @@ func (k *keeper) write(why string) (uint64, error) {
 }
 
 // finalWrite is the write on shutdown, after the gRPC server stopped (no
-// decision changes a bucket any more). It gives up waiting after timeout,
-// so shutdown completes whatever the disk does.
+// decision changes a bucket any more). It gives up waiting after timeout
+// (what is left of --shutdown-timeout), so shutdown completes in time
+// whatever the disk does.
 func (k *keeper) finalWrite(timeout time.Duration) {
+	if timeout <= 0 {
+		k.writeErrors.Inc()
+		k.d.log.Error("state file not written: --shutdown-timeout was spent on in-flight requests", "path", k.path)
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

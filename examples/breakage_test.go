@@ -63,12 +63,14 @@ func TestComposeGuardCatches(t *testing.T) {
 		{name: "variable of no flag", old: "SHARELIMIT_DRAIN: 2s", new: "SHARELIMIT_DRAINING: 2s", want: "SHARELIMIT_DRAINING is not the variable of any serve flag"},
 		{name: "variable with a bad value", old: "SHARELIMIT_SHUTDOWN_TIMEOUT: 5s", new: "SHARELIMIT_SHUTDOWN_TIMEOUT: soon", want: "SHARELIMIT_SHUTDOWN_TIMEOUT"},
 		{name: "unknown variable", old: "CONSUL_HTTP_ADDR: 127.0.0.1:8500", new: "CONSUL_ADDR: 127.0.0.1:8500", want: "CONSUL_ADDR means nothing"},
-		{name: "config mounted elsewhere", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/rules:ro", want: "nothing is mounted there"},
-		{name: "config mounted read-write", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/config", want: "read-only"},
-		{name: "config that fails check", old: "./examples/config:", new: "./examples/testdata/invalid-descriptors:", want: "invalid rate limit unit 'fortnight'"},
-		{name: "config dir that does not exist", old: "./examples/config:", new: "./examples/konfig:", want: "--config-dir"},
+		{name: "config mounted elsewhere", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/rules:ro", all: true, want: "nothing is mounted there"},
+		{name: "config mounted read-write", old: "./examples/config:/etc/sharelimit/config:ro", new: "./examples/config:/etc/sharelimit/config", all: true, want: "read-only"},
+		{name: "config that fails check", old: "./examples/config:", new: "./examples/testdata/invalid-descriptors:", all: true, want: "invalid rate limit unit 'fortnight'"},
+		{name: "config dir that does not exist", old: "./examples/config:", new: "./examples/konfig:", all: true, want: "--config-dir"},
+		{name: "no state file", old: "    - --state-file\n    - /var/lib/sharelimit/state\n", new: "", want: "no --state-file"},
+		{name: "state in the container's own layer", old: "      - sharelimit2-state:/var/lib/sharelimit\n", new: "", want: "not a directory the deployment keeps"},
 		{name: "grace shorter than the drain", old: "stop_grace_period: 10s", new: "stop_grace_period: 5s", want: "stop_grace_period"},
-		{name: "sidecar outside Envoy's namespace", old: "network_mode: service:envoy2\n    depends_on: [envoy2, consul2]", new: "network_mode: host\n    depends_on: [envoy2, consul2]", want: "network_mode"},
+		{name: "sidecar outside Envoy's namespace", old: "network_mode: service:envoy2\n    volumes:", new: "network_mode: host\n    volumes:", want: "network_mode"},
 		{name: "Consul address off the local agent", old: "CONSUL_HTTP_ADDR: 127.0.0.1:8500", new: "CONSUL_HTTP_ADDR: consul:8500", want: "CONSUL_HTTP_ADDR"},
 		{name: "registered service is not the counted one", old: "    - --consul-service\n    - app\n", new: "    - --consul-service\n    - web\n", want: `registers "app"`},
 		{name: "published port with no listener", old: `"10001:10000"`, new: `"10001:10080"`, want: "no listener"},
@@ -117,6 +119,9 @@ func TestDockerfileGuardCatches(t *testing.T) {
 		{name: "default command with a bad flag", old: `"--config-dir"`, new: `"--config"`, want: "flag provided but not defined"},
 		{name: "cgo left on", old: "CGO_ENABLED=0 ", new: "", want: "CGO_ENABLED=0"},
 		{name: "binary not copied", old: "COPY --from=build /out/sharelimit /sharelimit", new: "COPY --from=build /out/other /sharelimit", want: "does not copy"},
+		{name: "state in the container's own layer", old: `VOLUME ["/var/lib/sharelimit"]`, new: "", want: "not a directory the deployment keeps"},
+		{name: "state directory root's", old: "--chown=65532:65532 /out/state", new: "/out/state", want: "could not write its state"},
+		{name: "no state file", old: `, "--state-file", "/var/lib/sharelimit/state"`, new: "", want: "no --state-file"},
 	})
 }
 
@@ -144,6 +149,8 @@ func TestSystemdGuardCatches(t *testing.T) {
 		{name: "a reload signal that kills", old: "Restart=on-failure", new: "Restart=on-failure\nExecReload=/bin/kill -HUP $MAINPID", want: "ExecReload"},
 		{name: "remote Consul", old: "CONSUL_HTTP_ADDR=127.0.0.1:8500", new: "CONSUL_HTTP_ADDR=10.0.0.5:8500", want: "CONSUL_HTTP_ADDR"},
 		{name: "capabilities kept", old: "CapabilityBoundingSet=\n", new: "CapabilityBoundingSet=CAP_NET_ADMIN\n", want: "CapabilityBoundingSet"},
+		{name: "no state directory", old: "StateDirectory=sharelimit\n", new: "", want: "not a directory the deployment keeps"},
+		{name: "no state file", old: " \\\n    --state-file /var/lib/sharelimit/state \\\n    --state-interval 10s", new: "", want: "no --state-file"},
 	})
 	data := readFile(t, "examples/systemd/sharelimit.service")
 	for _, b := range []breakage{
@@ -177,6 +184,8 @@ func TestKubernetesGuardCatches(t *testing.T) {
 		{"daemonset.yaml", breakage{name: "registered under another name", old: `"name": "edge-gateway"`, new: `"name": "gateway"`, want: "registered service name"}},
 		{"daemonset.yaml", breakage{name: "config mounted elsewhere", old: "mountPath: /etc/sharelimit/config\n", new: "mountPath: /etc/sharelimit/rules\n", want: "nothing is mounted there"}},
 		{"daemonset.yaml", breakage{name: "flag with a bad value", old: "value: json", new: "value: yaml", want: "--log-format"}},
+		{"daemonset.yaml", breakage{name: "state in memory", old: "          emptyDir:\n            sizeLimit: 64Mi", new: "          emptyDir:\n            medium: Memory\n            sizeLimit: 64Mi", want: "not a directory the deployment keeps"}},
+		{"daemonset.yaml", breakage{name: "no state file", old: "            - --state-file\n            - /var/lib/sharelimit/state\n", new: "", want: "no --state-file"}},
 		{"descriptors-configmap.yaml", breakage{name: "ConfigMap drifted from examples/config", old: "requests_per_unit: 50", new: "requests_per_unit: 55", want: "no longer compiles"}},
 		{"descriptors-configmap.yaml", breakage{name: "ConfigMap that fails check", old: "unit: second", new: "unit: fortnight", want: "invalid rate limit unit"}},
 		{"envoy-configmap.yaml", breakage{name: "Envoy on another port", old: "port_value: 8081", new: "port_value: 8089", want: "points at"}},

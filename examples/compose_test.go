@@ -191,7 +191,13 @@ func checkComposeNode(p *problems, services map[string]*composeService, s *compo
 	for _, v := range s.volumes {
 		mounts[v.target] = filepath.Join(repo, v.source)
 	}
-	cfg := checkDaemon(p, daemon{where: where, args: s.command, env: s.env, mounts: mounts})
+	states := map[string]bool{}
+	for _, v := range s.volumes {
+		if !v.readOnly && !strings.HasPrefix(v.source, ".") && !strings.HasPrefix(v.source, "/") {
+			states[v.target] = true // a named volume, writable: it outlives the container
+		}
+	}
+	cfg := checkDaemon(p, daemon{where: where, args: s.command, env: s.env, mounts: mounts, stateDirs: states})
 	if cfg == nil {
 		return
 	}

@@ -135,8 +135,14 @@ func checkDockerfile(p *problems, data, gomod string) {
 	}
 	var user, copied string
 	var entrypoint, cmd []string
+	volumes := map[string]bool{}
+	owned := map[string]string{} // a directory copied in, by its owner
 	for _, in := range final.body {
 		switch in.cmd {
+		case "VOLUME":
+			for _, v := range strings.Fields(strings.NewReplacer("[", " ", "]", " ", ",", " ", `"`, " ").Replace(in.args)) {
+				volumes[v] = true
+			}
 		case "USER":
 			user = in.args
 		case "ENTRYPOINT":
@@ -147,6 +153,9 @@ func checkDockerfile(p *problems, data, gomod string) {
 			f := strings.Fields(in.args)
 			if len(f) == 3 && (f[0] == "--from="+build.name || f[0] == "--from=0") && f[1] == out {
 				copied = f[2]
+			}
+			if len(f) == 4 && strings.HasPrefix(f[1], "--chown=") {
+				owned[f[3]] = strings.TrimPrefix(f[1], "--chown=")
 			}
 		}
 	}
@@ -160,7 +169,14 @@ func checkDockerfile(p *problems, data, gomod string) {
 	case len(entrypoint) != 1 || entrypoint[0] != copied:
 		p.addf("Dockerfile: ENTRYPOINT %v; want [%q], the binary the build stage made", entrypoint, copied)
 	}
-	checkDaemon(p, daemon{where: "Dockerfile: CMD", args: cmd,
+	// A VOLUME the image's user can write: the state file lives there, and a
+	// volume outlives the container.
+	for v := range volumes {
+		if owned[v] != user {
+			p.addf("Dockerfile: VOLUME %s is not copied in owned by USER %s: the daemon could not write its state there", v, user)
+		}
+	}
+	checkDaemon(p, daemon{where: "Dockerfile: CMD", args: cmd, stateDirs: volumes,
 		mounts: map[string]string{"/etc/sharelimit/config": filepath.Join(repo, "examples", "config")}})
 }
 

@@ -337,7 +337,7 @@ func descriptorEntries(lim *routev3.RateLimit) ([]string, error) {
 func TestEnvoyBootstrap(t *testing.T) {
 	t.Parallel()
 	var p problems
-	defaults := checkDaemon(&p, daemon{where: "defaults", mounts: map[string]string{"/etc/sharelimit/config": repo + "/examples/config"}})
+	defaults := checkDaemon(&p, daemon{where: "defaults", notDeployed: true, mounts: map[string]string{"/etc/sharelimit/config": repo + "/examples/config"}})
 	if defaults == nil {
 		p.report(t)
 		return

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -91,6 +92,13 @@ type daemon struct {
 	// helperEnv names variables that exist only to be expanded into others
 	// (Kubernetes' $(VAR)); they need not mean anything to the daemon.
 	helperEnv map[string]bool
+	// stateDirs are the directories the deployment keeps writable across
+	// restarts of the process (a volume, a StateDirectory=): --state-file
+	// must live in one.
+	stateDirs map[string]bool
+	// notDeployed: the daemon's defaults, not a deployment's command line;
+	// it need not keep state.
+	notDeployed bool
 }
 
 // consulEnv is every variable the Consul API client reads, as the consul CLI does.
@@ -159,6 +167,15 @@ func checkDaemon(p *problems, d daemon) *config.Config {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			p.addf("%s: %s", d.where, line)
 		}
+	}
+	// Every example keeps its buckets across restarts: a restart, a deploy
+	// or a crash must hand out no fresh burst.
+	switch {
+	case d.notDeployed:
+	case cfg.StateFile == "":
+		p.addf("%s: no --state-file: every restart would hand out a fresh burst", d.where)
+	case !d.stateDirs[path.Dir(cfg.StateFile)]:
+		p.addf("%s: --state-file %s: %s is not a directory the deployment keeps, writable, across restarts", d.where, cfg.StateFile, path.Dir(cfg.StateFile))
 	}
 	if cfg.ConsulService != "" {
 		addr := d.env[consulapi.HTTPAddrEnvName]

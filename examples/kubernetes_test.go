@@ -78,6 +78,10 @@ type (
 				Medium    string `yaml:"medium"`
 				SizeLimit string `yaml:"sizeLimit"`
 			} `yaml:"emptyDir"`
+			HostPath *struct {
+				Path string `yaml:"path"`
+				Type string `yaml:"type"`
+			} `yaml:"hostPath"`
 		} `yaml:"volumes"`
 	}
 	k8sContainer struct {
@@ -389,8 +393,18 @@ func checkKubernetes(p *problems, files map[string][]byte) {
 			}
 		}
 	}
+	// A writable emptyDir (kept across container restarts) or hostPath
+	// (kept across pod replacements too) holds the state file.
+	states := map[string]bool{}
+	for _, vm := range sidecar.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == vm.Name && !vm.ReadOnly && (v.EmptyDir != nil && v.EmptyDir.Medium != "Memory" || v.HostPath != nil) {
+				states[vm.MountPath] = true
+			}
+		}
+	}
 	args := append(append([]string{}, sidecar.Command...), sidecar.Args...)
-	cfg := checkDaemon(p, daemon{where: swhere, args: args, env: env, mounts: mounts, helperEnv: helpers})
+	cfg := checkDaemon(p, daemon{where: swhere, args: args, env: env, mounts: mounts, helperEnv: helpers, stateDirs: states})
 	if cfg == nil {
 		return
 	}

@@ -70,7 +70,15 @@ func checkUnit(p *problems, data string) {
 			env[k] = v
 		}
 	}
-	cfg := checkDaemon(p, daemon{where: where, args: argv[1:], env: env,
+	// StateDirectory= is /var/lib/NAME, kept and writable under
+	// ProtectSystem=strict and DynamicUser=yes.
+	states := map[string]bool{}
+	for _, d := range u["Service"]["StateDirectory"] {
+		for _, name := range strings.Fields(d) {
+			states["/var/lib/"+name] = true
+		}
+	}
+	cfg := checkDaemon(p, daemon{where: where, args: argv[1:], env: env, stateDirs: states,
 		mounts: map[string]string{"/etc/sharelimit/config": filepath.Join(repo, "examples", "config")}})
 
 	for _, want := range []struct{ key, value string }{
