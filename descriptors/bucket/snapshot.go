@@ -20,12 +20,21 @@ type Saved struct {
 // at now is left out: it is the same as a missing one. The batch passed to
 // emit is reused after emit returns.
 func (s *Store) Export(weights []*Weight, now int64, emit func(batch []Saved)) {
+	var raw []kv
 	var batch []Saved
 	for i := range s.shards {
 		sh := &s.shards[i]
-		batch = batch[:0]
+		raw = raw[:0]
 		sh.mu.Lock()
 		for k, e := range sh.m {
+			raw = append(raw, kv{k, e})
+		}
+		sh.mu.Unlock()
+		// Brought up to now outside the lock: the copies are the
+		// snapshot's, the buckets themselves are not changed.
+		batch = batch[:0]
+		for _, x := range raw {
+			e := x.e
 			if int(e.group) >= len(weights) || weights[e.group] == nil {
 				continue
 			}
@@ -34,13 +43,17 @@ func (s *Store) Export(weights []*Weight, now int64, emit func(batch []Saved)) {
 			if e.Fill >= 1 {
 				continue
 			}
-			batch = append(batch, Saved{Key: k, Fill: e.Fill, Group: e.group, Tag: e.tag, Rate: e.rate, Size: e.size})
+			batch = append(batch, Saved{Key: x.k, Fill: e.Fill, Group: e.group, Tag: e.tag, Rate: e.rate, Size: e.size})
 		}
-		sh.mu.Unlock()
 		if len(batch) > 0 {
 			emit(batch)
 		}
 	}
+}
+
+type kv struct {
+	k uint64
+	e entry
 }
 
 // Restore adds b, a bucket saved by Export, at now: it starts at b.Fill in
