@@ -46,6 +46,13 @@ func TestExplainAdminUsesTheDomainsView(t *testing.T) {
 		!strings.Contains(out, "membership: Consul service edge (consul), 4 replicas, 1 on this node: weight 0.5 in force\n") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
+	// A join ramp in progress is said.
+	cfg.JoinRamp = &server.JoinRamp{ElapsedSeconds: 0.4, EndsInSeconds: 9.6}
+	if code, out = runCLI("explain", "--config-dir", "../../examples/config", "--domain", "edge", "--admin", srv.URL, "remote_address=10.0.0.1"); code != 0 ||
+		!strings.Contains(out, "join ramp in progress (0.4s in, over in 9.6s)") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	cfg.JoinRamp = nil
 	// A daemon that cannot be read is an error, not a guess.
 	cfg.Membership.Weight = 0
 	if code, out = runCLI("explain", "--config-dir", "../../examples/config", "--domain", "edge", "--admin", srv.URL, "remote_address=10.0.0.1"); code != 1 || !strings.Contains(out, "not a share") {
