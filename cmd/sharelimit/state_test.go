@@ -155,3 +155,16 @@ func TestBinaryCorruptStateStarts(t *testing.T) {
 		t.Fatalf("%d warnings, want 1:\n%s", n, d.logs.String())
 	}
 }
+
+// A state file that cannot be written (its directory is missing) is logged
+// at shutdown, and the daemon still stops cleanly.
+func TestBinaryStateUnwritable(t *testing.T) {
+	config, file := stateDir(t) // the state directory is not created
+	d := startDaemon(t, "--config-dir", config, "--state-file", file, "--drain", "0", "--shutdown-timeout", "2s")
+	dial(t, d).drain("10.0.0.1")
+	d.signal(syscall.SIGTERM)
+	d.exitsCleanly("after SIGTERM")
+	if !strings.Contains(d.logs.String(), "state file not written") {
+		t.Fatalf("no error logged:\n%s", d.logs.String())
+	}
+}
