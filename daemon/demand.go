@@ -290,9 +290,13 @@ func (d *demander) meterValues(b descriptors.DemandBinding, now time.Time) {
 	for _, hv := range b.State.HotValues() {
 		r := old[hv.ID()]
 		if r == nil {
-			// Newly hot: its meter starts from its estimate as a candidate,
-			// which it no longer is.
-			r = &demand.Rates{Offered: c.Rate(hv.ID())}
+			// Newly hot: an exact meter of its own, which reads its first
+			// window as it is. Until that window is read the report says
+			// 0 for it, which gives this replica the floor of its share
+			// (tighter) rather than a sampled estimate that may be low,
+			// which would leave it a full bucket under a share smaller
+			// than what it is asked for.
+			r = &demand.Rates{Warm: true}
 			c.Forget(hv.ID())
 		}
 		off, adm := hv.Counts()

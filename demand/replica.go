@@ -11,10 +11,16 @@ import (
 // The zero value is ready; the first Update only primes it.
 type Rates struct {
 	Offered, Admitted float64
-	lastOffered       uint64
-	lastAdmitted      uint64
-	last              time.Time
-	primed            bool
+	// Warm makes the first measurement the rates as they are, not a step
+	// of the average from 0: a meter started on a value that is busy
+	// already (one that just became hot) reads its rate from its first
+	// window rather than climbing to it over several time constants.
+	Warm         bool
+	lastOffered  uint64
+	lastAdmitted uint64
+	last         time.Time
+	primed       bool
+	measured     bool
 }
 
 // Update folds in the counters as read at now.
@@ -33,9 +39,10 @@ func (r *Rates) Update(offered, admitted uint64, now time.Time, tau time.Duratio
 		do, da = 0, 0
 	}
 	alpha := 1.0
-	if tau > 0 {
+	if tau > 0 && !(r.Warm && !r.measured) {
 		alpha = 1 - math.Exp(-dt/tau.Seconds())
 	}
+	r.measured = true
 	r.Offered += alpha * (do/dt - r.Offered)
 	r.Admitted += alpha * (da/dt - r.Admitted)
 	r.lastOffered, r.lastAdmitted, r.last = offered, admitted, now

@@ -110,3 +110,24 @@ func TestStretchAndMoved(t *testing.T) {
 		t.Error("Moved")
 	}
 }
+
+// A warm meter reads its first window as it is; a cold one climbs from 0.
+func TestRatesWarm(t *testing.T) {
+	start := time.Unix(0, 0)
+	for _, tc := range []struct {
+		warm bool
+		want float64
+	}{{true, 100}, {false, 100 * (1 - math.Exp(-0.1/0.25))}} {
+		r := Rates{Warm: tc.warm}
+		r.Update(0, 0, start, 250*time.Millisecond)
+		r.Update(10, 10, start.Add(100*time.Millisecond), 250*time.Millisecond)
+		if math.Abs(r.Offered-tc.want) > 1e-9 {
+			t.Errorf("warm %v: first window read %v, want %v", tc.warm, r.Offered, tc.want)
+		}
+		// From then on both average.
+		r.Update(10, 10, start.Add(200*time.Millisecond), 250*time.Millisecond)
+		if r.Offered >= tc.want {
+			t.Errorf("warm %v: an idle window did not lower the rate: %v", tc.warm, r.Offered)
+		}
+	}
+}
