@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -61,9 +62,10 @@ type Daemon struct {
 	debugLis net.Listener
 	// state is --state-file's keeper, nil without it; snap is the snapshot
 	// read at start, until it is restored.
-	state   *keeper
-	snap    *state.Snapshot
-	started time.Time
+	state       *keeper
+	snap        *state.Snapshot
+	restoreOnce sync.Once
+	started     time.Time
 }
 
 // New builds the daemon from cfg: it loads the rules (an invalid config is an
@@ -95,6 +97,10 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	var err error
 	if cfg.ConfigType == config.ConfigXDS {
 		rules = newInstaller(d.engine, metrics, "xds:"+cfg.XDSServerURL, log)
+		// The saved buckets go in with the first rules, before they are
+		// installed: no request meets those rules with full buckets, even
+		// when the daemon serves before xDS answers.
+		rules.before = func(set *descriptors.Set) { d.restore(set) }
 		err = d.xdsRules(rules, metrics.Registry)
 	} else {
 		rules = newInstaller(d.engine, metrics, cfg.ConfigDir, log)
@@ -120,12 +126,15 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 			return nil, err
 		}
 	}
-	restored := d.snap != nil
+	// A snapshot counts as restored state only if the replica was down for
+	// less than the longest ramp: after longer, its buckets have refilled
+	// as a newcomer's start, while its peers' are spent, and it ramps.
+	restored := d.snap != nil && elapsed(d.snap, time.Now()) < rampHorizon(cfg.JoinRamp)
 	if d.xds == nil {
 		// Every bucket is back before a listener opens: nothing is served
 		// with full buckets for keys still being restored. (Rules from
-		// xDS restore once the first config arrives, before Serve.)
-		d.restore()
+		// xDS restore as the first config is installed: see xdsRules.)
+		d.restore(nil)
 	}
 	j := newJoiner(d.engine.Store(), d.clock, cfg.JoinRamp, d.views, restored)
 	j.register(metrics.Registry)
@@ -325,21 +334,9 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 			d.log.Info("waiting for the first config from the xDS server before serving gRPC", "server", d.cfg.XDSServerURL)
 			select {
 			case <-d.xds.First():
-				d.restore()
 			case <-gctx.Done():
 				return nil // the stop below closes the listener
 			}
-		} else if d.xds != nil && d.snap != nil {
-			// Serving without rules until xDS answers: restore then. A
-			// restored bucket meets any made meanwhile at the emptier.
-			g.Go(func() error {
-				select {
-				case <-d.xds.First():
-					d.restore()
-				case <-gctx.Done():
-				}
-				return nil
-			})
 		}
 		// A stop that begins before Serve does (a signal right after start)
 		// makes Serve return ErrServerStopped: that is a clean end too.
@@ -406,13 +403,25 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	return g.Wait()
 }
 
-// restore puts the snapshot read at start into the engine, once.
-func (d *Daemon) restore() {
-	if d.snap == nil {
-		return
+// rampHorizon is the longest a join ramp can run with --join-ramp ramp.
+func rampHorizon(ramp time.Duration) time.Duration {
+	if ramp > 0 {
+		return ramp
 	}
-	d.state.restore(d.snap, d.started)
-	d.snap = nil
+	return config.MaxAutoJoinRamp
+}
+
+// restore puts the snapshot read at start into the engine, once: against
+// the rules in force (set nil), or against set, the first rules from xDS,
+// just before they are installed.
+func (d *Daemon) restore(set *descriptors.Set) {
+	d.restoreOnce.Do(func() {
+		if d.snap == nil {
+			return
+		}
+		d.state.restore(d.snap, set, d.started)
+		d.snap = nil
+	})
 }
 
 // httpServers are the admin server and, when there is one, the debug server.

@@ -25,6 +25,7 @@ type installer struct {
 	mu        sync.Mutex
 	status    server.ReloadStatus
 	installed func(*descriptors.Set) // called after each install; set once before sources run
+	before    func(*descriptors.Set) // called before each install; set once before sources run
 	// source reports where sets come from; set once before sources run.
 	source func() server.SourceStatus
 
@@ -54,6 +55,9 @@ func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir strin
 // install puts set in force. Buckets of the rules it keeps keep their state.
 // Every set that compiled is accepted.
 func (in *installer) install(set *descriptors.Set) error {
+	if in.before != nil {
+		in.before(set)
+	}
 	in.metrics.Bind(set)
 	if old := in.engine.Swap(set); old != nil {
 		in.metrics.Unbind(old)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/state"
@@ -103,7 +104,7 @@ func elapsed(s *state.Snapshot, now time.Time) time.Duration { return max(now.Su
 
 // restore puts the snapshot's buckets into the engine. It runs before the
 // listeners open: nothing is served while buckets are still being restored.
-func (k *keeper) restore(s *state.Snapshot, started time.Time) {
+func (k *keeper) restore(s *state.Snapshot, set *descriptors.Set, started time.Time) {
 	saved := map[uint16]string{} // saved group -> its view's service
 	for _, v := range s.Views {
 		saved[v.Group] = v.Service
@@ -124,7 +125,12 @@ func (k *keeper) restore(s *state.Snapshot, started time.Time) {
 		return 0, false
 	}
 	now := time.Now()
-	res := k.d.engine.Restore(s.Buckets, s.Weights, elapsed(s, now), groupOf, k.d.clock())
+	var res descriptors.Restored
+	if set != nil {
+		res = k.d.engine.RestoreFor(set, s.Buckets, s.Weights, elapsed(s, now), groupOf, k.d.clock())
+	} else {
+		res = k.d.engine.Restore(s.Buckets, s.Weights, elapsed(s, now), groupOf, k.d.clock())
+	}
 	took := time.Since(started)
 	k.restored.Set(float64(res.Kept))
 	k.restoreTime.Set(took.Seconds())
@@ -208,17 +214,34 @@ func (k *keeper) finalWrite(timeout time.Duration) {
 	}
 }
 
-// checkpoints writes the state every interval until ctx ends.
+// checkpoints writes the state every interval until ctx ends. Each write
+// runs on a goroutine of its own, so a disk that hangs holds up neither the
+// next tick's check of ctx nor the daemon's stop: a stop while a write is
+// stuck returns at once (the write is abandoned with the process), and a
+// tick that finds the last write still running skips.
 func (k *keeper) checkpoints(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var busy chan struct{}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			k.write("checkpoint") //nolint:errcheck // logged and counted
 		}
+		if busy != nil {
+			select {
+			case <-busy:
+			default:
+				k.d.log.Warn("state checkpoint skipped: the last one is still being written", "path", k.path)
+				continue
+			}
+		}
+		busy = make(chan struct{})
+		go func(done chan struct{}) {
+			defer close(done)
+			k.write("checkpoint") //nolint:errcheck // logged and counted
+		}(busy)
 	}
 }
 

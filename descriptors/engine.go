@@ -236,6 +236,17 @@ func (e *Engine) Swap(set *Set) *Set {
 }
 
 func (e *Engine) swap(set *Set) *Set {
+	in := e.prepare(set)
+	old := e.cur.Swap(in)
+	if old == nil {
+		return nil
+	}
+	return old.set
+}
+
+// prepare builds what installing set takes: its keys, tags, domains' groups
+// and demand state. Called with swapMu held.
+func (e *Engine) prepare(set *Set) *installed {
 	in := &installed{set: set, ids: make([]uint64, len(set.rules)), overflow: make([]uint64, len(set.rules)),
 		tags: make([]uint16, len(set.rules)), domains: make(map[string]slot, len(set.domains))}
 	for i, r := range set.rules {
@@ -255,11 +266,7 @@ func (e *Engine) swap(set *Set) *Set {
 	// (a new identity) can take them.
 	e.releaseGone(in, e.lastNow.Load())
 	e.bindDemand(in)
-	old := e.cur.Swap(in)
-	if old == nil {
-		return nil
-	}
-	return old.set
+	return in
 }
 
 // bindDemand finds or makes the demand state of every demand rule of in. A

@@ -39,8 +39,11 @@ func keyHash(seed uint64, s string) uint64 {
 	n := len(s)
 	b := unsafe.Slice(unsafe.StringData(s), n) // read only
 	h := seed ^ k0
+	// Both operands of every multiply carry the seed: an operand a request
+	// could zero (8 bytes chosen against the constants alone) would wipe
+	// the state, and the seed with it.
 	for len(b) > 16 {
-		h = mix(binary.LittleEndian.Uint64(b)^k1, binary.LittleEndian.Uint64(b[8:])^h)
+		h = mix(binary.LittleEndian.Uint64(b)^k1^seed, binary.LittleEndian.Uint64(b[8:])^h)
 		b = b[16:]
 	}
 	var lo, hi uint64
@@ -52,7 +55,7 @@ func keyHash(seed uint64, s string) uint64 {
 	case m > 0:
 		lo = uint64(b[0])<<16 | uint64(b[m>>1])<<8 | uint64(b[m-1])
 	}
-	return mix(k2^uint64(n), mix(lo^k1, hi^h))
+	return mix(k2^uint64(n)^seed, mix(lo^k1^seed, hi^h))
 }
 
 // Seed is the engine's key seed, for a snapshot.

@@ -112,7 +112,21 @@ type Restored struct {
 // dropping it. Call it before the engine serves, after SetSeed and the
 // first Swap.
 func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
-	in := e.cur.Load()
+	return e.restore(e.cur.Load(), saved, savedW, elapsed, groupOf, now)
+}
+
+// RestoreFor is Restore against set, the rules about to be installed,
+// before they are: a source that installs its first rules while the daemon
+// serves (xDS with --force-start-without-initial-config) restores their
+// buckets before any request can reach them.
+func (e *Engine) RestoreFor(set *Set, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
+	e.swapMu.Lock()
+	in := e.prepare(set)
+	e.swapMu.Unlock()
+	return e.restore(in, saved, savedW, elapsed, groupOf, now)
+}
+
+func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
 	type target struct {
 		group      uint16
 		rate, size float32
@@ -153,10 +167,16 @@ func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Du
 		if b.Tag == 0 {
 			g, ok = groupOf(b.Group)
 		} else {
+			// Two rules can share a tag (16 bits) and a limit: a bucket
+			// saved under share: replica goes only to such a rule, and
+			// among the others the one whose group weighs least takes it,
+			// which is tighter whichever was meant.
 			for _, t := range byTag[b.Tag] {
-				if t.rate == b.Rate && t.size == b.Size {
+				if t.rate != b.Rate || t.size != b.Size || (t.group == replicaGroup) != (b.Group == replicaGroup) {
+					continue
+				}
+				if !ok || e.weights[t.group].Load().W < e.weights[g].Load().W {
 					g, ok = t.group, true
-					break
 				}
 			}
 		}

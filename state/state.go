@@ -139,6 +139,9 @@ func (e *Encoder) Add(batch []bucket.Saved) error {
 			return e.err
 		}
 		f := float32(s.Fill)
+		if float64(f) > s.Fill {
+			f = math.Nextafter32(f, float32(math.Inf(-1))) // rounded down: never fuller
+		}
 		if !(s.Fill < 1) || !(f < 1) {
 			continue
 		}
@@ -364,6 +367,13 @@ func WriteFile(path string, h Header, export func(add func([]bucket.Saved) error
 // ReadFile reads the snapshot at path, refusing a file larger than maxSize
 // bytes before reading it.
 func ReadFile(path string, maxSize int64) (Snapshot, error) {
+	// Looked at before it is opened: opening a FIFO would wait for a
+	// writer, and the daemon's start with it.
+	if st, err := os.Stat(path); err != nil {
+		return Snapshot{}, err
+	} else if !st.Mode().IsRegular() {
+		return Snapshot{}, fmt.Errorf("%w: %s is not a regular file", ErrFormat, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return Snapshot{}, err

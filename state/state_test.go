@@ -187,3 +187,16 @@ func bname(op string, n int) string {
 	}
 	return op + "-100k"
 }
+
+// A fill is saved rounded down, never up.
+func TestFillRoundsDown(t *testing.T) {
+	for _, f := range []float64{1.0 / 3, 0.1, 0.7, 1 - 1e-12, -1.0 / 3} {
+		s, err := Decode(encode(t, Header{}, []bucket.Saved{{Key: 1, Fill: f, Rate: 1, Size: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Buckets) == 1 && s.Buckets[0].Fill > f {
+			t.Errorf("%v saved as %v", f, s.Buckets[0].Fill)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/xdstest"
+	"github.com/sharelimit/sharelimit/state"
+)
+
+// With xDS and --force-start-without-initial-config the daemon serves before
+// its first rules arrive. The saved buckets go in with those rules, before
+// any request meets them: a key spent before the restart (2 an hour) stays
+// spent, however many buckets the restore has to put back, while clients
+// call all along.
+func TestXDSForceStartRestoresBeforeServing(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "state")
+	// A: learn the rule, spend k=1 (2 an hour), stop: the state is written.
+	srvA, err := xdstest.Start("127.0.0.1:0", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.ConfigType, cfg.XDSServerURL, cfg.XDSNodeID = config.ConfigXDS, srvA.Addr(), "n"
+	cfg.XDSBackoffInitial, cfg.XDSBackoffMax = 20*time.Millisecond, 50*time.Millisecond
+	cfg.StateFile, cfg.ShutdownTimeout = stateFile, 5*time.Second
+	cfg.ForceStart = true
+	srvA.Set("v1", xdsConfig("d", 2))
+	a, err := New(cfg, quietLog(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- a.Run(ctxA, nil) }()
+	within(t, "A has the rule", func() bool { return a.xds.Status().Version == "v1" })
+	for i := 0; i < 3; i++ {
+		a.svcCall(t, a.grpcLis.Addr().String())
+	}
+	stopA()
+	<-doneA
+	srvA.Stop()
+
+	// Pad the snapshot with 300k more buckets of the same rule before k=1's,
+	// as a busy replica's would be, so the restore takes a while.
+	s, err := state.ReadFile(stateFile, 1<<30)
+	if err != nil || len(s.Buckets) != 1 {
+		t.Fatalf("%v, %d buckets", err, len(s.Buckets))
+	}
+	real := s.Buckets[0]
+	if _, _, err := state.WriteFile(stateFile, s.Header, func(add func([]bucket.Saved) error) error {
+		pad := make([]bucket.Saved, 300000)
+		for i := range pad {
+			pad[i] = real
+			pad[i].Key = rand.Uint64()
+		}
+		if err := add(pad); err != nil {
+			return err
+		}
+		return add([]bucket.Saved{real})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// B: force-started, the xDS server has no config yet.
+	srvB, err := xdstest.Start("127.0.0.1:0", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srvB.Stop()
+	cfg.XDSServerURL = srvB.Addr()
+	r := start(t, cfg)
+	var okWithRule atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp := r.call(t, "d", "k=1")
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].CurrentLimit != nil {
+					okWithRule.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	srvB.Set("v1", xdsConfig("d", 2))
+	within(t, "restored", func() bool { return r.d.engine.Store().Live() >= 300000 })
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := okWithRule.Load(); n != 0 {
+		t.Fatalf("k=1, spent before the restart (2 an hour), was admitted %d times under the rule after the restart", n)
+	}
+}
+
+// svcCall asks once for d k=1 on the daemon's gRPC address.
+func (d *Daemon) svcCall(t *testing.T, addr string) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "1"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
