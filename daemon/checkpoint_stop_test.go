@@ -23,7 +23,7 @@ func TestStuckCheckpointDoesNotHoldTheStop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, nil) }()
 	time.Sleep(100 * time.Millisecond)
-	d.state.mu.Lock() // the disk hangs
+	d.state.mu.Lock()                  // the disk hangs
 	time.Sleep(100 * time.Millisecond) // a checkpoint tick now waits inside write
 	stopped := time.Now()
 	cancel()
