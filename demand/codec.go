@@ -191,27 +191,50 @@ func cmpID(a, b RuleID) int {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// ordered is a rule's entry in a report or a parameter set, as the
+// encoders check its order.
+type ordered interface {
+	id() RuleID
+	nvalues() int
+	valueID(j int) uint64
+}
+
+func (d RuleDemand) id() RuleID           { return d.ID }
+func (d RuleDemand) nvalues() int         { return len(d.Values) }
+func (d RuleDemand) valueID(j int) uint64 { return d.Values[j].ID }
+func (r RuleParams) id() RuleID           { return r.ID }
+func (r RuleParams) nvalues() int         { return len(r.Values) }
+func (r RuleParams) valueID(j int) uint64 { return r.Values[j].ID }
+
+// checkOrder refuses what the decoders would: rules, or a rule's values,
+// out of order or repeated, and more than MaxValues values in all.
+func checkOrder[E ordered](rules []E) error {
+	values := 0
+	for i, r := range rules {
+		if i > 0 && rules[i-1].id() >= r.id() {
+			return fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
+		}
+		for j := 1; j < r.nvalues(); j++ {
+			if r.valueID(j-1) >= r.valueID(j) {
+				return fmt.Errorf("%w: values not sorted by ID", ErrFormat)
+			}
+		}
+		values += r.nvalues()
+	}
+	if values > MaxValues {
+		return fmt.Errorf("%w: %d values, more than %d", ErrFormat, values, MaxValues)
+	}
+	return nil
+}
+
 // AppendReport appends r's encoding to b. It fails on what DecodeReport
 // would refuse: too many rules, a node name too long, rules out of order.
 func AppendReport(b []byte, r *Report) ([]byte, error) {
 	if len(r.Rules) > MaxRules || len(r.Node) > MaxNode {
 		return b, fmt.Errorf("%w: %d rules, node name of %d bytes", ErrFormat, len(r.Rules), len(r.Node))
 	}
-	values := 0
-	for i := range r.Rules {
-		if i > 0 && r.Rules[i-1].ID >= r.Rules[i].ID {
-			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
-		}
-		vs := r.Rules[i].Values
-		for j := 1; j < len(vs); j++ {
-			if vs[j-1].ID >= vs[j].ID {
-				return b, fmt.Errorf("%w: values not sorted by ID", ErrFormat)
-			}
-		}
-		values += len(vs)
-	}
-	if values > MaxValues {
-		return b, fmt.Errorf("%w: %d values, more than %d", ErrFormat, values, MaxValues)
+	if err := checkOrder(r.Rules); err != nil {
+		return b, err
 	}
 	start := len(b)
 	b = append(b, magic...)
@@ -240,21 +263,8 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 	if len(p.Rules) > MaxRules || len(p.Leader) > MaxNode {
 		return b, fmt.Errorf("%w: %d rules, leader name of %d bytes", ErrFormat, len(p.Rules), len(p.Leader))
 	}
-	values := 0
-	for i := range p.Rules {
-		if i > 0 && p.Rules[i-1].ID >= p.Rules[i].ID {
-			return b, fmt.Errorf("%w: rules not sorted by ID", ErrFormat)
-		}
-		vs := p.Rules[i].Values
-		for j := 1; j < len(vs); j++ {
-			if vs[j-1].ID >= vs[j].ID {
-				return b, fmt.Errorf("%w: values not sorted by ID", ErrFormat)
-			}
-		}
-		values += len(vs)
-	}
-	if values > MaxValues {
-		return b, fmt.Errorf("%w: %d values, more than %d", ErrFormat, values, MaxValues)
+	if err := checkOrder(p.Rules); err != nil {
+		return b, err
 	}
 	start := len(b)
 	b = append(b, magic...)
