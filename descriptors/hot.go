@@ -124,26 +124,25 @@ func shardCapacity(top int) int { return max(candidatesPerKey*top/candidateShard
 // add counts n tokens of id into a summary of at most capa values. Called
 // with mu held.
 func (sh *candidateShard) add(id, n uint64, capa int) {
-	h := sh
-	if _, ok := h.counts[id]; ok || len(h.counts) < capa {
-		h.counts[id] += n
+	if _, ok := sh.counts[id]; ok || len(sh.counts) < capa {
+		sh.counts[id] += n
 		return
 	}
 	// Full: take the smallest count (or n) off every value, the newcomer
 	// included, and drop those at zero (Misra-Gries, weighted).
 	dec := n
-	for _, c := range h.counts {
+	for _, c := range sh.counts {
 		dec = min(dec, c)
 	}
-	for k, c := range h.counts {
+	for k, c := range sh.counts {
 		if c <= dec {
-			delete(h.counts, k)
+			delete(sh.counts, k)
 		} else {
-			h.counts[k] = c - dec
+			sh.counts[k] = c - dec
 		}
 	}
-	if n > dec && len(h.counts) < capa {
-		h.counts[id] = n - dec
+	if n > dec && len(sh.counts) < capa {
+		sh.counts[id] = n - dec
 	}
 }
 
@@ -189,9 +188,14 @@ func (d *DemandRule) HotValues() []*HotValue {
 	if set == nil {
 		return nil
 	}
-	out := make([]*HotValue, 0, len(*set))
-	for _, h := range *set {
-		out = append(out, h)
+	return valuesOf(*set)
+}
+
+// valuesOf lists a hot set's values.
+func valuesOf(m map[uint64]*HotValue) []*HotValue {
+	out := make([]*HotValue, 0, len(m))
+	for _, hv := range m {
+		out = append(out, hv)
 	}
 	return out
 }
@@ -269,16 +273,9 @@ func (e *Engine) setHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
 			e.store.Move(mix(k, hv.salt), e.weights[hv.group].Load(), k, dw, d.domainGroup, now)
 		}
 	}
-	return slicesOf(next)
+	return valuesOf(next)
 }
 
-func slicesOf(m map[uint64]*HotValue) []*HotValue {
-	out := make([]*HotValue, 0, len(m))
-	for _, hv := range m {
-		out = append(out, hv)
-	}
-	return out
-}
 
 // Slots is how many values of d can be hot at once on this replica.
 func (d *DemandRule) Slots() int {
