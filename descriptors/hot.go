@@ -276,7 +276,6 @@ func (e *Engine) setHot(d *DemandRule, ids []uint64, now int64) []*HotValue {
 	return valuesOf(next)
 }
 
-
 // Slots is how many values of d can be hot at once on this replica.
 func (d *DemandRule) Slots() int {
 	if d.hot == nil {
