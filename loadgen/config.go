@@ -114,6 +114,9 @@ func (c Config) Validate() error {
 		if _, err := ParseShape(string(c.Shape)); err != nil {
 			bad("shape: %w", err)
 		}
+		if c.Shape == ShapeMix && c.Descriptors > 1 {
+			bad("descriptors: shape mix sends its own 3 or 4 descriptors; leave descriptors at 1")
+		}
 	}
 	if c.Cardinality < 0 || c.Cardinality > MaxCardinality {
 		bad("cardinality: %d is outside 1..%d", c.Cardinality, MaxCardinality)

@@ -42,6 +42,7 @@ type options struct {
 	serverPID   int
 	progress    autoBool
 	serveNoop   string
+	noopServer  string
 
 	targetA, targetB string
 	pidA, pidB       int
@@ -57,7 +58,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.requests, "requests", 0, "end the measured window after this many requests (0: --duration alone)")
 	fs.Float64Var(&o.rate, "rate", 0, "open loop: total requests per second on a fixed schedule, latency timed from the schedule; 0: closed loop")
 	fs.IntVar(&o.descriptors, "descriptors", 1, "descriptors per request (1.."+strconv.Itoa(MaxDescriptors)+")")
-	fs.StringVar(&o.shape, "shape", string(ShapeGenericKey), "descriptor `shape`: generic_key {generic_key=key-N}, remote_address {remote_address=10.a.b.c}, nested {path="+NestedPath+", remote_address=10.a.b.c}")
+	fs.StringVar(&o.shape, "shape", string(ShapeGenericKey), "descriptor `shape`: generic_key {generic_key=key-N}, remote_address {remote_address=10.a.b.c}, nested {path="+NestedPath+", remote_address=10.a.b.c}, mix (3 descriptors: fixed, wildcard path, per-IP; a 4th, binding, on 1 request in 10)")
 	fs.IntVar(&o.cardinality, "cardinality", 1, "distinct descriptor values, walked round-robin (1..10000000)")
 	fs.Uint64Var(&o.hitsAddend, "hits-addend", 0, "request hits_addend (0: the server counts 1, as Envoy's default)")
 	fs.StringVar(&o.domain, "domain", DefaultDomain, "request domain")
@@ -66,7 +67,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "write the result as JSON instead of a table")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "`pid` of the server; its CPU time is read from /proc around the window and reported per decision")
 	fs.Var(&o.progress, "progress", "a progress line on stderr every second (default: on when the run may last more than 5s)")
-	fs.StringVar(&o.serveNoop, "serve-noop", "", "instead of load, serve the no-op RLS (the gRPC floor) on this `address` with serve's gRPC options, until stopped")
+	fs.StringVar(&o.serveNoop, "serve-noop", "", "instead of load, serve the no-op RLS (the gRPC floor) on this `address` until stopped")
+	fs.StringVar(&o.noopServer, "noop-server", string(NoopTuned), "with --serve-noop: `kind` of gRPC server, tuned (serve's grpc-go options and GC pacing) or plain (grpc.NewServer() defaults, Go's default GC)")
 
 	fs.StringVar(&o.targetA, "target-a", "", "compare mode: baseline `addresses` (usually the no-op server); with --target-b runs A,B,A,B,...")
 	fs.StringVar(&o.targetB, "target-b", "", "compare mode: candidate `addresses` (usually sharelimit); ratios are B/A")
@@ -106,7 +108,9 @@ func (a *autoBool) IsBoolFlag() bool { return true }
 func compareOnly() []string { return []string{"pid-a", "pid-b", "label-a", "label-b", "rounds"} }
 
 // noopAllowed reports whether --serve-noop takes the flag.
-func noopAllowed(name string) bool { return name == "serve-noop" || name == "json" }
+func noopAllowed(name string) bool {
+	return name == "serve-noop" || name == "noop-server" || name == "json"
+}
 
 // Main is `sharelimit bench`. It returns the exit code: 0 when the run completed
 // (whatever the server answered), 2 for bad usage, 1 when the run could not be
@@ -148,7 +152,14 @@ func benchMain(ctx context.Context, args []string, getenv func(string) string, s
 				return usageError(stderr, fmt.Errorf("--%s: --serve-noop runs a server and takes no load flags", name))
 			}
 		}
-		return serveNoopMain(ctx, o.serveNoop, o.json, stdout, stderr)
+		kind, err := ParseNoopServer(o.noopServer)
+		if err != nil {
+			return usageError(stderr, err)
+		}
+		return serveNoopMain(ctx, o.serveNoop, kind, o.json, stdout, stderr)
+	}
+	if onCmdline["noop-server"] {
+		return usageError(stderr, fmt.Errorf("--noop-server: only with --serve-noop"))
 	}
 
 	load, err := o.load(given, stderr)
@@ -283,13 +294,16 @@ func output(w io.Writer, asJSON bool, r report) error {
 	return r.WriteTable(w)
 }
 
-func serveNoopMain(ctx context.Context, addr string, asJSON bool, stdout, stderr io.Writer) int {
-	// The floor runs with serve's runtime settings, GC pacing included, or
-	// the comparison would measure the collector, not the decision.
-	tctx, stopTuner := context.WithCancel(ctx)
-	tuned := make(chan struct{})
-	go func() { gcpace.Tuner{}.Run(tctx); close(tuned) }()
-	defer func() { stopTuner(); <-tuned }()
+func serveNoopMain(ctx context.Context, addr string, kind NoopServer, asJSON bool, stdout, stderr io.Writer) int {
+	if kind == NoopTuned {
+		// The tuned floor runs with serve's runtime settings, GC pacing
+		// included, or the comparison would measure the collector, not the
+		// decision. The plain one keeps Go's defaults.
+		tctx, stopTuner := context.WithCancel(ctx)
+		tuned := make(chan struct{})
+		go func() { gcpace.Tuner{}.Run(tctx); close(tuned) }()
+		defer func() { stopTuner(); <-tuned }()
+	}
 	lis, err := listen(addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: serve-noop: %v\n", err)
@@ -302,9 +316,9 @@ func serveNoopMain(ctx context.Context, addr string, asJSON bool, stdout, stderr
 	if asJSON {
 		_ = writeJSON(stdout, map[string]string{"serve_noop": bound})
 	} else {
-		fmt.Fprintf(stdout, "bench: no-op RLS server listening on %s\n", bound)
+		fmt.Fprintf(stdout, "bench: no-op RLS server (%s) listening on %s\n", kind, bound)
 	}
-	if err := ServeNoop(ctx, lis); err != nil {
+	if err := ServeNoop(ctx, lis, kind); err != nil {
 		fmt.Fprintf(stderr, "bench: serve-noop: %v\n", err)
 		return 1
 	}

@@ -42,6 +42,9 @@ func TestMainUsageErrors(t *testing.T) {
 		{"compare flag alone", []string{"--rounds=3"}, "--rounds: only with --target-a and --target-b"},
 		{"zero rounds", []string{"--target-a=x", "--target-b=y", "--rounds=0"}, "rounds: must be at least 1"},
 		{"noop with load flags", []string{"--serve-noop=127.0.0.1:0", "--rate=5"}, "--rate: --serve-noop runs a server"},
+		{"mix with descriptors", []string{"--shape=mix", "--descriptors=3"}, "shape mix sends its own"},
+		{"noop server without serve-noop", []string{"--noop-server=plain"}, "--noop-server: only with --serve-noop"},
+		{"unknown noop server", []string{"--serve-noop=127.0.0.1:0", "--noop-server=fast"}, `"fast" is not one of tuned, plain`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,11 +2,13 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sharelimit/sharelimit/server"
 )
@@ -15,14 +17,40 @@ import (
 // context ends before it closes their connections.
 const noopStopGrace = 2 * time.Second
 
+// NoopServer is how the floor's gRPC server is built.
+type NoopServer string
+
+const (
+	// NoopTuned is built on serve's own grpc-go options (and, in `bench
+	// --serve-noop`, serve's GC pacing): the difference between it and
+	// sharelimit under the same load is the cost of deciding.
+	NoopTuned NoopServer = "tuned"
+	// NoopPlain is grpc.NewServer() with no options at Go's default GC
+	// setting: what a plain grpc-go RLS server costs, the floor a user would
+	// write.
+	NoopPlain NoopServer = "plain"
+)
+
+// ParseNoopServer returns the NoopServer named s.
+func ParseNoopServer(s string) (NoopServer, error) {
+	switch NoopServer(s) {
+	case NoopTuned, NoopPlain:
+		return NoopServer(s), nil
+	}
+	return "", fmt.Errorf("parse noop server: %q is not one of tuned, plain", s)
+}
+
 // ServeNoop runs the gRPC floor on lis: a RateLimitService that answers OK to every
-// request, with one OK status per descriptor, and does nothing else. It uses the
-// same grpc-go server options as `sharelimit serve`, so the difference between the
-// two under the same load is the cost of deciding. It returns nil once ctx is
-// cancelled and the server has stopped, or the error that stopped it serving. It
-// closes lis.
-func ServeNoop(ctx context.Context, lis net.Listener) error {
-	s := grpc.NewServer(server.GRPCOptions()...)
+// request, with one OK status per descriptor carrying the fields a real answer
+// has, and does nothing else. kind says how its grpc-go server is built. It
+// returns nil once ctx is cancelled and the server has stopped, or the error that
+// stopped it serving. It closes lis.
+func ServeNoop(ctx context.Context, lis net.Listener, kind NoopServer) error {
+	var opts []grpc.ServerOption
+	if kind != NoopPlain {
+		opts = server.GRPCOptions()
+	}
+	s := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s, newNoopService())
 
 	served := make(chan struct{})
@@ -62,8 +90,10 @@ func stopWithin(s *grpc.Server, grace time.Duration) {
 }
 
 // noopService answers OK without looking at the request beyond counting its
-// descriptors. The statuses are shared, read-only messages: a floor should not
-// allocate what it does not have to.
+// descriptors. Each status carries what a real answer to a limited descriptor
+// carries (current_limit, limit_remaining, duration_until_reset), so the floor
+// marshals as much as sharelimit does. The statuses are shared, read-only
+// messages: a floor should not allocate what it does not have to.
 type noopService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	ok []*rlsv3.RateLimitResponse_DescriptorStatus
@@ -75,10 +105,23 @@ var _ rlsv3.RateLimitServiceServer = (*noopService)(nil)
 // allocating statuses.
 const noopSharedStatuses = 256
 
+// noopStatus is the answer to each descriptor: the fields and sizes of
+// sharelimit's answer to docs/bench/bench.yaml's rules.
+var noopStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
+	Code: rlsv3.RateLimitResponse_OK,
+	CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
+		Name:            "bench.generic_key",
+		RequestsPerUnit: 1_000_000_000,
+		Unit:            rlsv3.RateLimitResponse_RateLimit_SECOND,
+	},
+	LimitRemaining:     999_999_999,
+	DurationUntilReset: &durationpb.Duration{Nanos: 1},
+}
+
 func newNoopService() *noopService {
 	s := &noopService{ok: make([]*rlsv3.RateLimitResponse_DescriptorStatus, noopSharedStatuses)}
 	for i := range s.ok {
-		s.ok[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		s.ok[i] = noopStatus
 	}
 	return s
 }

@@ -17,8 +17,8 @@ import (
 func (r Result) WriteTable(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s, %d workers, %d conn/target: %s\n", loopDesc(r), r.Concurrency, r.ConnsPerTarget, strings.Join(r.Targets, " "))
-	fmt.Fprintf(&b, "%s x %d descriptor(s), cardinality %d (round-robin), domain %q, hits_addend %d\n",
-		r.Shape, r.Descriptors, r.Cardinality, r.Domain, r.HitsAddend)
+	fmt.Fprintf(&b, "%s, cardinality %d (round-robin), domain %q, hits_addend %d\n",
+		shapeDesc(r), r.Cardinality, r.Domain, r.HitsAddend)
 	fmt.Fprintf(&b, "window %s", fmtDur(r.Elapsed))
 	if r.Warmup > 0 {
 		fmt.Fprintf(&b, " after %s warmup", fmtDur(r.Warmup))
@@ -68,8 +68,8 @@ func (c Comparison) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "A: %s\nB: %s\n", side(c.A), side(c.B))
 	if len(c.A.Runs) > 0 {
 		r := c.A.Runs[0]
-		fmt.Fprintf(&b, "%s, %d workers, %d conn/target; %s x %d descriptor(s), cardinality %d; %d rounds\n",
-			loopDesc(r), r.Concurrency, r.ConnsPerTarget, r.Shape, r.Descriptors, r.Cardinality, c.Rounds)
+		fmt.Fprintf(&b, "%s, %d workers, %d conn/target; %s, cardinality %d; %d rounds\n",
+			loopDesc(r), r.Concurrency, r.ConnsPerTarget, shapeDesc(r), r.Cardinality, c.Rounds)
 	}
 	b.WriteString("\n")
 
@@ -155,4 +155,12 @@ func fmtDur(d time.Duration) string {
 	default:
 		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
 	}
+}
+
+// shapeDesc says what each request carries.
+func shapeDesc(r Result) string {
+	if r.Shape == ShapeMix {
+		return "mix (3 descriptors, a 4th on 1 request in 10)"
+	}
+	return fmt.Sprintf("%s x %d descriptor(s)", r.Shape, r.Descriptors)
 }

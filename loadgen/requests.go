@@ -23,14 +23,27 @@ const (
 	// ShapeNested is a request_headers action followed by remote_address, the usual
 	// "per IP on this path" pair: {"path", NestedPath}, {"remote_address", "10.a.b.c"}.
 	ShapeNested Shape = "nested"
+	// ShapeMix is a realistic request: three descriptors, and a fourth on one
+	// request in ten. {generic_key=api} (a fixed rule), {path=/api/v1/items/N}
+	// (a wildcard rule, N in 0..MixPaths-1), {remote_address=10.a.b.c} (a
+	// per-value rule over the cardinality) and, on every tenth request,
+	// {header_match=abuse} (one key whose limit binds, so about 10% of answers
+	// are OVER_LIMIT against docs/bench/mix.yaml). --descriptors does not apply.
+	ShapeMix Shape = "mix"
 )
+
+// MixPaths is how many distinct paths ShapeMix's wildcard descriptor carries.
+const MixPaths = 1000
+
+// MixOverEvery: one ShapeMix request in this many carries the binding descriptor.
+const MixOverEvery = 10
 
 // NestedPath is the value of the first entry of a ShapeNested descriptor. It is the
 // same in every request: the key space is the client addresses below it.
 const NestedPath = "/api/v1/items"
 
 // Shapes lists every Shape.
-func Shapes() []Shape { return []Shape{ShapeGenericKey, ShapeRemoteAddress, ShapeNested} }
+func Shapes() []Shape { return []Shape{ShapeGenericKey, ShapeRemoteAddress, ShapeNested, ShapeMix} }
 
 // ParseShape returns the Shape named s.
 func ParseShape(s string) (Shape, error) {
@@ -39,7 +52,7 @@ func ParseShape(s string) (Shape, error) {
 			return sh, nil
 		}
 	}
-	names := make([]string, 0, 3)
+	names := make([]string, 0, len(Shapes()))
 	for _, sh := range Shapes() {
 		names = append(names, string(sh))
 	}
@@ -138,9 +151,40 @@ type requestBuilder struct {
 	keys *keySpace
 	req  *rlsv3.RateLimitRequest
 	vary []*ratelimitv3.RateLimitDescriptor_Entry // the entry that changes, one per descriptor
+	mix  *mixRequest                              // ShapeMix's request, instead of the above
+}
+
+// mixRequest is ShapeMix's reusable request: all four descriptors, of which
+// build sends three or four.
+type mixRequest struct {
+	all   []*ratelimitv3.RateLimitDescriptor
+	path  *ratelimitv3.RateLimitDescriptor_Entry
+	addr  *ratelimitv3.RateLimitDescriptor_Entry
+	paths []string
+}
+
+func newMixRequest() *mixRequest {
+	m := &mixRequest{
+		path:  &ratelimitv3.RateLimitDescriptor_Entry{Key: "path"},
+		addr:  &ratelimitv3.RateLimitDescriptor_Entry{Key: "remote_address"},
+		paths: make([]string, MixPaths),
+	}
+	for i := range m.paths {
+		m.paths[i] = "/api/v1/items/" + strconv.Itoa(i)
+	}
+	m.all = []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "api"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{m.path}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{m.addr}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "header_match", Value: "abuse"}}},
+	}
+	return m
 }
 
 func newRequestBuilder(keys *keySpace, domain string, descriptors int, hitsAddend uint32) *requestBuilder {
+	if keys.shape == ShapeMix {
+		return &requestBuilder{keys: keys, req: &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hitsAddend}, mix: newMixRequest()}
+	}
 	b := &requestBuilder{
 		keys: keys,
 		req: &rlsv3.RateLimitRequest{
@@ -171,6 +215,15 @@ func newRequestBuilder(keys *keySpace, domain string, descriptors int, hitsAdden
 
 // build returns the request for sequence number seq.
 func (b *requestBuilder) build(seq uint64) *rlsv3.RateLimitRequest {
+	if m := b.mix; m != nil {
+		m.path.Value = m.paths[scramble24(uint32(seq))%MixPaths]
+		m.addr.Value = b.keys.value(seq)
+		b.req.Descriptors = m.all[:3]
+		if seq%MixOverEvery == 0 {
+			b.req.Descriptors = m.all
+		}
+		return b.req
+	}
 	base := seq * uint64(len(b.vary))
 	for j, e := range b.vary {
 		e.Value = b.keys.value(base + uint64(j))

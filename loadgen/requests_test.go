@@ -54,6 +54,9 @@ func TestRequestsCoverCardinality(t *testing.T) {
 	}
 	var tests []tc
 	for _, shape := range Shapes() {
+		if shape == ShapeMix {
+			continue // its own layout; TestMixShape
+		}
 		for _, n := range []int{1, 7, 1000, 12345} {
 			for _, d := range []int{1, 3, 10} {
 				tests = append(tests, tc{shape, n, d})
@@ -96,6 +99,9 @@ func TestRequestsCoverCardinality(t *testing.T) {
 func TestLargeKeySpaceFormatsOnTheFly(t *testing.T) {
 	t.Parallel()
 	for _, shape := range Shapes() {
+		if shape == ShapeMix {
+			continue // its own layout; TestMixShape
+		}
 		t.Run(string(shape), func(t *testing.T) {
 			t.Parallel()
 			ks := newKeySpace(shape, MaxCardinality)
@@ -183,5 +189,43 @@ func BenchmarkBuild(b *testing.B) {
 				b.Fatal("benchmark built empty values")
 			}
 		})
+	}
+}
+
+// TestMixShape: three descriptors on nine requests in ten and four on the
+// tenth, the wildcard path spread over MixPaths values and the address over the
+// cardinality.
+func TestMixShape(t *testing.T) {
+	b := newRequestBuilder(newKeySpace(ShapeMix, 1000), "bench-mix", 1, 0)
+	paths, addrs := map[string]bool{}, map[string]bool{}
+	four := 0
+	const n = 20_000
+	for seq := range uint64(n) {
+		req := b.build(seq)
+		switch len(req.Descriptors) {
+		case 4:
+			four++
+			if e := req.Descriptors[3].Entries[0]; e.Key != "header_match" || e.Value != "abuse" {
+				t.Fatalf("fourth descriptor %v", e)
+			}
+		case 3:
+		default:
+			t.Fatalf("request %d has %d descriptors", seq, len(req.Descriptors))
+		}
+		if e := req.Descriptors[0].Entries[0]; e.Key != "generic_key" || e.Value != "api" {
+			t.Fatalf("first descriptor %v", e)
+		}
+		p := req.Descriptors[1].Entries[0]
+		if p.Key != "path" || !strings.HasPrefix(p.Value, "/api/v1/items/") {
+			t.Fatalf("path descriptor %v", p)
+		}
+		paths[p.Value] = true
+		addrs[req.Descriptors[2].Entries[0].Value] = true
+	}
+	if four != n/MixOverEvery {
+		t.Errorf("%d of %d requests carry the binding descriptor, want %d", four, n, n/MixOverEvery)
+	}
+	if len(paths) != MixPaths || len(addrs) != 1000 {
+		t.Errorf("%d paths (want %d), %d addresses (want 1000)", len(paths), MixPaths, len(addrs))
 	}
 }
