@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sharelimit/sharelimit/server/wire"
 )
 
 // MaxRecvMsgSize caps one gRPC request. Envoy's RateLimitRequest for even a large
@@ -35,12 +37,18 @@ func GRPCOptions() []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.ReadBufferSize(64 << 10),
 		grpc.WriteBufferSize(64 << 10),
+		// RLS requests and answers by hand: a fixed handful of allocations per
+		// request, answers in pooled buffers (package wire).
+		wire.ServerOption(),
 	}
 }
 
-// streamWorkers sizes grpc-go's stream worker pool. A worker per P is what
-// grpc-go suggests (it says NumCPU; GOMAXPROCS is the CPU this process may
-// use, cgroup quota included): fewer leave cores starting goroutines, more only
-// wait. When every worker is busy grpc-go starts a goroutine as if there were no
-// pool, so a pool that turns out too small costs speed, never requests.
-func streamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 1)) }
+// streamWorkers sizes grpc-go's stream worker pool. When every worker is busy,
+// grpc-go starts a goroutine for the stream, and a new goroutine's stack starts
+// small and is copied larger several times over a handler as deep as gRPC's:
+// with a worker per P (grpc-go's suggestion) and 16 requests in flight, stack
+// copying was 12% of the daemon's CPU. A worker keeps its grown stack, so the
+// pool covers the requests in flight of a busy node: 256 measured 1.04–1.13×
+// the throughput of 64 and 64 1.04× that of GOMAXPROCS (docs/BENCHMARKS.md). An
+// idle worker costs its stack, which the garbage collector shrinks.
+func streamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 256)) }

@@ -1,0 +1,80 @@
+// Package wire encodes and decodes Envoy's RateLimitService messages by hand,
+// and is the daemon's gRPC codec. It exists because the generic protobuf
+// runtime is most of what a decision costs beyond the transport: it decodes a
+// request into one allocation per descriptor, entry and string, and marshals an
+// answer into a fresh slice sized by a separate pass over the message.
+//
+// Here a request is decoded into a fixed handful of allocations whatever its
+// shape (its bytes copied once, the strings pointing into that copy), and an
+// answer is written into a pooled buffer that grpc-go hands back once it is on
+// the wire. The bytes are the protobuf runtime's own: fuzz tests hold the
+// decoder to proto.Unmarshal and the encoder to proto.Marshal. Any other
+// message, and any answer carrying fields this package does not write (dynamic
+// metadata, quota, a raw body), goes to grpc-go's protobuf codec unchanged.
+package wire
+
+import (
+	"fmt"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+
+	// The protobuf codec this one falls back to registers itself on import.
+	_ "google.golang.org/grpc/encoding/proto"
+)
+
+// Codec is the gRPC codec: RLS requests and answers by hand, everything else
+// by grpc-go's protobuf codec. Safe for concurrent use.
+type Codec struct {
+	fallback encoding.CodecV2
+	pool     mem.BufferPool
+}
+
+var _ encoding.CodecV2 = (*Codec)(nil)
+
+// NewCodec returns the codec, falling back to the protobuf codec registered
+// with grpc-go.
+func NewCodec() *Codec {
+	fb := encoding.GetCodecV2("proto")
+	if fb == nil {
+		panic("wire: grpc-go's proto codec is not registered")
+	}
+	return &Codec{fallback: fb, pool: mem.DefaultBufferPool()}
+}
+
+// ServerOption installs the codec on a gRPC server.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(NewCodec()) }
+
+// Name is the content subtype the codec serves: the protobuf one.
+func (c *Codec) Name() string { return "proto" }
+
+// Marshal writes an answer into a pooled buffer, or hands any other message to
+// the fallback.
+func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
+	resp, ok := v.(*rlsv3.RateLimitResponse)
+	if !ok || !Writable(resp) {
+		return c.fallback.Marshal(v)
+	}
+	n := ResponseSize(resp)
+	buf := c.pool.Get(n)
+	out := AppendResponse((*buf)[:0], resp)
+	if len(out) != n {
+		c.pool.Put(buf)
+		return nil, fmt.Errorf("wire: answer encoded to %d bytes, sized %d", len(out), n)
+	}
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
+}
+
+// Unmarshal decodes a request, or hands any other message to the fallback.
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*rlsv3.RateLimitRequest)
+	if !ok {
+		return c.fallback.Unmarshal(data, v)
+	}
+	// The request's strings point into one copy of its bytes: the buffers
+	// grpc-go passes in go back to its pool when this returns.
+	return DecodeRequest(data.Materialize(), req)
+}

@@ -1,0 +1,261 @@
+package wire
+
+import (
+	"errors"
+	"unicode/utf8"
+	"unsafe"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+var (
+	errTruncated = errors.New("wire: request truncated or malformed")
+	errUTF8      = errors.New("wire: string field contains invalid UTF-8")
+)
+
+// Field numbers, from envoy/service/ratelimit/v3/rls.proto and
+// envoy/extensions/common/ratelimit/v3/ratelimit.proto.
+const (
+	reqDomain      = 1
+	reqDescriptors = 2
+	reqHitsAddend  = 3
+
+	descEntries        = 1
+	descLimit          = 2
+	descHitsAddend     = 3
+	descIsNegativeHits = 4
+
+	entryKey   = 1
+	entryValue = 2
+)
+
+// block holds a request of the usual shape in one allocation: a descriptor or
+// two of a couple of entries each. Larger requests take further slabs.
+type block struct {
+	descs [1]commonv3.RateLimitDescriptor
+	dptrs [1]*commonv3.RateLimitDescriptor
+	ents  [2]commonv3.RateLimitDescriptor_Entry
+	eptrs [2]*commonv3.RateLimitDescriptor_Entry
+}
+
+// decoder hands out descriptors and entries from a block, then from slabs that
+// double. A slab, once handed out from, is never moved, so the pointers stay
+// good.
+type decoder struct {
+	descs []commonv3.RateLimitDescriptor
+	ents  []commonv3.RateLimitDescriptor_Entry
+	eptrs []*commonv3.RateLimitDescriptor_Entry // descriptors' Entries are sub-slices
+}
+
+func newDecoder(b *block) decoder {
+	return decoder{descs: b.descs[:0], ents: b.ents[:0], eptrs: b.eptrs[:0]}
+}
+
+func (d *decoder) desc() *commonv3.RateLimitDescriptor {
+	if len(d.descs) == cap(d.descs) {
+		d.descs = make([]commonv3.RateLimitDescriptor, 0, 2*cap(d.descs))
+	}
+	d.descs = d.descs[:len(d.descs)+1]
+	return &d.descs[len(d.descs)-1]
+}
+
+func (d *decoder) entry() *commonv3.RateLimitDescriptor_Entry {
+	if len(d.ents) == cap(d.ents) {
+		d.ents = make([]commonv3.RateLimitDescriptor_Entry, 0, 2*cap(d.ents))
+	}
+	d.ents = d.ents[:len(d.ents)+1]
+	return &d.ents[len(d.ents)-1]
+}
+
+// appendEntry adds e to the list of the descriptor being decoded, which is
+// d.eptrs[start:]; it returns the list's new start. A full slab is left to the
+// descriptors already decoded, and the list moves to a new one.
+func (d *decoder) appendEntry(start int, e *commonv3.RateLimitDescriptor_Entry) int {
+	if len(d.eptrs) == cap(d.eptrs) {
+		tail := d.eptrs[start:]
+		next := make([]*commonv3.RateLimitDescriptor_Entry, 0, max(2*cap(d.eptrs), 2*len(tail)+2))
+		d.eptrs = append(next, tail...)
+		start = 0
+	}
+	d.eptrs = append(d.eptrs, e)
+	return start
+}
+
+// DecodeRequest decodes b into req, which must be empty, with the semantics of
+// proto.Unmarshal: fields in any order, a repeated scalar's last value wins, a
+// message field given twice is merged, known fields of the wrong wire type and
+// unknown fields are skipped (not kept), and strings must be UTF-8. req's
+// strings point into b, which the caller must not change afterwards.
+func DecodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
+	blk := new(block)
+	d := newDecoder(blk)
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errTruncated
+		}
+		b = b[n:]
+		switch {
+		case num == reqDomain && typ == protowire.BytesType:
+			s, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			if !utf8.Valid(s) {
+				return errUTF8
+			}
+			req.Domain = str(s)
+			b = b[n:]
+		case num == reqDescriptors && typ == protowire.BytesType:
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			desc := d.desc()
+			if err := d.decodeDescriptor(m, desc); err != nil {
+				return err
+			}
+			if req.Descriptors == nil {
+				req.Descriptors = blk.dptrs[:0]
+			}
+			req.Descriptors = append(req.Descriptors, desc)
+			b = b[n:]
+		case num == reqHitsAddend && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return errTruncated
+			}
+			req.HitsAddend = uint32(v)
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return errTruncated
+			}
+			b = b[n:]
+		}
+	}
+	return nil
+}
+
+func (d *decoder) decodeDescriptor(b []byte, desc *commonv3.RateLimitDescriptor) error {
+	start, entries := len(d.eptrs), 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errTruncated
+		}
+		b = b[n:]
+		switch {
+		case num == descEntries && typ == protowire.BytesType:
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			e := d.entry()
+			if err := decodeEntry(m, e); err != nil {
+				return err
+			}
+			start = d.appendEntry(start, e)
+			entries++
+			b = b[n:]
+		case num == descLimit && typ == protowire.BytesType:
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			if desc.Limit == nil {
+				desc.Limit = new(commonv3.RateLimitDescriptor_RateLimitOverride)
+			}
+			// Rare: the protobuf runtime, merging as it does.
+			if err := (proto.UnmarshalOptions{Merge: true, DiscardUnknown: true}).Unmarshal(m, desc.Limit); err != nil {
+				return err
+			}
+			b = b[n:]
+		case num == descHitsAddend && typ == protowire.BytesType:
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			if desc.HitsAddend == nil {
+				desc.HitsAddend = new(wrapperspb.UInt64Value)
+			}
+			if err := (proto.UnmarshalOptions{Merge: true, DiscardUnknown: true}).Unmarshal(m, desc.HitsAddend); err != nil {
+				return err
+			}
+			b = b[n:]
+		case num == descIsNegativeHits && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return errTruncated
+			}
+			desc.IsNegativeHits = v != 0
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return errTruncated
+			}
+			b = b[n:]
+		}
+	}
+	if entries > 0 {
+		desc.Entries = d.eptrs[start:len(d.eptrs):len(d.eptrs)]
+	}
+	return nil
+}
+
+func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errTruncated
+		}
+		b = b[n:]
+		if (num == entryKey || num == entryValue) && typ == protowire.BytesType {
+			s, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errTruncated
+			}
+			if !utf8.Valid(s) {
+				return errUTF8
+			}
+			if num == entryKey {
+				e.Key = str(s)
+			} else {
+				e.Value = str(s)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return errTruncated
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// consumeTag is protowire.ConsumeTag refusing field numbers past the largest
+// valid one, as proto.Unmarshal does.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}
+
+// str is s as a string without a copy. The caller's bytes are a copy made for
+// this request and never written again.
+func str(s []byte) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return unsafe.String(&s[0], len(s))
+}
