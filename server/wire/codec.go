@@ -75,6 +75,11 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.fallback.Unmarshal(data, v)
 	}
 	// The request's strings point into one copy of its bytes: the buffers
-	// grpc-go passes in go back to its pool when this returns.
-	return DecodeRequest(data.Materialize(), req)
+	// grpc-go passes in go back to its pool when this returns. A short
+	// request's copy lives in its block.
+	blk := new(block)
+	if n := data.Len(); n <= len(blk.raw) {
+		return decodeRequest(blk, blk.raw[:data.CopyTo(blk.raw[:n])], req)
+	}
+	return decodeRequest(blk, data.Materialize(), req)
 }

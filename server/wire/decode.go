@@ -33,9 +33,10 @@ const (
 	entryValue = 2
 )
 
-// block holds a request of the usual shape in one allocation: a descriptor or
-// two of a couple of entries each. Larger requests take further slabs.
+// block holds a request of the usual shape in one allocation: its bytes, and a
+// descriptor of up to two entries. Larger requests take further slabs.
 type block struct {
+	raw   [inlineBytes]byte
 	descs [1]commonv3.RateLimitDescriptor
 	dptrs [1]*commonv3.RateLimitDescriptor
 	ents  [2]commonv3.RateLimitDescriptor_Entry
@@ -85,13 +86,20 @@ func (d *decoder) appendEntry(start int, e *commonv3.RateLimitDescriptor_Entry) 
 	return start
 }
 
+// inlineBytes is how long a request may be to keep its bytes in its block.
+// Envoy's usual request (a domain, a descriptor of a few entries) is shorter.
+const inlineBytes = 128
+
 // DecodeRequest decodes b into req, which must be empty, with the semantics of
 // proto.Unmarshal: fields in any order, a repeated scalar's last value wins, a
 // message field given twice is merged, known fields of the wrong wire type and
 // unknown fields are skipped (not kept), and strings must be UTF-8. req's
 // strings point into b, which the caller must not change afterwards.
 func DecodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	blk := new(block)
+	return decodeRequest(new(block), b, req)
+}
+
+func decodeRequest(blk *block, b []byte, req *rlsv3.RateLimitRequest) error {
 	d := newDecoder(blk)
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -77,5 +79,32 @@ func TestCodecThroughGRPC(t *testing.T) {
 	}
 	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("health through the fallback: %v", err)
+	}
+}
+
+// TestUnmarshalShortAndLong decodes through the codec's entry point a request
+// that fits its block and one that does not, split over several buffers as
+// grpc-go may pass them.
+func TestUnmarshalShortAndLong(t *testing.T) {
+	c := NewCodec()
+	for _, n := range []int{1, 3, 40} {
+		req := &rlsv3.RateLimitRequest{Domain: "edge"}
+		for i := range n {
+			req.Descriptors = append(req.Descriptors, desc(fmt.Sprintf("remote_address=10.0.0.%d", i)))
+		}
+		raw := marshal(t, req)
+		var data mem.BufferSlice
+		for len(raw) > 0 {
+			k := min(len(raw), 7)
+			data = append(data, mem.SliceBuffer(raw[:k]))
+			raw = raw[k:]
+		}
+		got := new(rlsv3.RateLimitRequest)
+		if err := c.Unmarshal(data, got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, req) {
+			t.Fatalf("%d descriptors:\n got %v\nwant %v", n, got, req)
+		}
 	}
 }
