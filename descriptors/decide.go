@@ -301,8 +301,9 @@ func remaining(tokens, w float64, burst uint64) uint32 {
 		return 0
 	}
 	r := math.Floor(tokens/w + 1e-9)
-	r = math.Min(r, float64(burst))
-	return uint32(math.Min(r, math.MaxUint32))
+	// The built-in min, not math.Min: no call, and r is never NaN or a
+	// signed zero that math.Min would treat apart.
+	return uint32(min(r, float64(burst), math.MaxUint32))
 }
 
 // ruleKey is the bucket of rule r for these entries: the rule's identity plus

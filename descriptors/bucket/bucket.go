@@ -154,7 +154,7 @@ func (s *State) fill(p *Params, w float64, dt int64) {
 	if s.Fill >= 1 || dt <= 0 {
 		return
 	}
-	s.Fill = math.Min(1, s.Fill+float64(dt)*p.ratioPerNano(w))
+	s.Fill = min(1, s.Fill+float64(dt)*p.ratioPerNano(w))
 }
 
 // Do brings s up to now at the rates of the weight epochs it lived through,
@@ -207,7 +207,7 @@ func (s *State) apply(p *Params, w float64, op Op, n float64) Result {
 	res := Result{Size: size}
 	switch op {
 	case GiveBack:
-		tokens = math.Min(size, tokens+n)
+		tokens = min(size, tokens+n)
 		res.OK = true
 	case Check:
 		res.OK = tokens+epsilon >= 1

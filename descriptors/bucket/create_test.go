@@ -54,7 +54,7 @@ func TestOverflowBucketsAreCounted(t *testing.T) {
 	}
 	held := 0
 	for i := range s.shards {
-		held += len(s.shards[i].m)
+		held += s.shards[i].m.len()
 	}
 	if held != s.Live() {
 		t.Fatalf("the store holds %d buckets but counts %d", held, s.Live())

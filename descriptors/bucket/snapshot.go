@@ -26,9 +26,10 @@ func (s *Store) Export(weights []*Weight, now int64, emit func(batch []Saved)) {
 		sh := &s.shards[i]
 		raw = raw[:0]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			raw = append(raw, kv{k, e})
-		}
+		sh.m.all(func(k uint64, e *entry) bool {
+			raw = append(raw, kv{k, *e})
+			return true
+		})
 		sh.mu.Unlock()
 		// Brought up to now outside the lock: the copies are the
 		// snapshot's, the buckets themselves are not changed.
@@ -70,17 +71,16 @@ func (s *Store) Restore(b Saved, wt *Weight, now int64) bool {
 	sh := &s.shards[b.Key%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cur, ok := sh.m[b.Key]; ok {
+	if cur := sh.m.get(b.Key); cur != nil {
 		p := cur.params()
 		cur.advance(&p, wt, now)
 		cur.Fill = min(cur.Fill, e.Fill)
-		sh.m[b.Key] = cur
 		return true
 	}
 	if !s.reserve(s.max - overflowReserve(s.max)) {
 		return false
 	}
-	sh.m[b.Key] = e
+	sh.m.put(b.Key, e)
 	return true
 }
 
@@ -95,11 +95,13 @@ const minRestoredFill = -1
 func (s *Store) Peek(key uint64, wt *Weight, now int64) (Saved, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[key]
-	sh.mu.Unlock()
-	if !ok {
+	ep := sh.m.get(key)
+	if ep == nil {
+		sh.mu.Unlock()
 		return Saved{}, false
 	}
+	e := *ep
+	sh.mu.Unlock()
 	p := e.params()
 	e.advance(&p, wt, now)
 	return Saved{Key: key, Fill: e.Fill, Group: e.group, Tag: e.tag, Rate: e.rate, Size: e.size}, true

@@ -34,8 +34,8 @@ func (e *entry) params() Params { return Params{Rate: float64(e.rate), Size: flo
 
 type shard struct {
 	mu sync.Mutex
-	m  map[uint64]entry
-	_  [48]byte // keep neighbouring shards' locks off one cache line
+	m  table
+	_  [16]byte // keep neighbouring shards' locks off one cache line
 }
 
 // The cap covers every bucket, overflow buckets included, so the store never
@@ -80,9 +80,6 @@ func NewStore(max int) *Store {
 	}
 	s := &Store{max: int64(max)}
 	s.floor.Store(math.MinInt64)
-	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]entry)
-	}
 	return s
 }
 
@@ -124,10 +121,9 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 	// this is the hot path of every decision.
 	sh := &s.shards[r.Key%shardCount]
 	sh.mu.Lock()
-	if e, ok := sh.m[r.Key]; ok {
+	if e := sh.m.get(r.Key); e != nil {
 		e.advance(r.Params, wt, now)
 		res = e.apply(r.Params, wt.W, r.Op, r.N)
-		sh.m[r.Key] = e
 		sh.mu.Unlock()
 		return res, false
 	}
@@ -177,20 +173,19 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, f
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !ok {
-		e = newEntry(max(now, s.floor.Load()), wt, r)
-		e.Fill = fill
+	if ep := sh.m.get(key); ep != nil {
+		return ep.State.Do(r.Params, wt, now, r.Op, r.N), true
 	}
+	e := newEntry(max(now, s.floor.Load()), wt, r)
+	e.Fill = fill
 	res := e.State.Do(r.Params, wt, now, r.Op, r.N)
 	switch {
-	case ok:
 	case e.Fill >= 1:
 		return res, true // still full: nothing worth keeping
 	case !s.reserve(limit):
 		return Result{}, false
 	}
-	sh.m[key] = e
+	sh.m.put(key, e)
 	return res, true
 }
 
@@ -213,12 +208,14 @@ func (s *Store) debt(r *Request, wt *Weight, now int64) float64 {
 func (s *Store) fillOf(key uint64, p *Params, wt *Weight, now int64) float64 {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[key]
-	sh.mu.Unlock()
-	if !ok {
+	ep := sh.m.get(key)
+	if ep == nil {
+		sh.mu.Unlock()
 		return 1
 	}
-	e.advance(p, wt, now) // a copy: the bucket is not changed
+	e := *ep // a copy: the bucket is not changed
+	sh.mu.Unlock()
+	e.advance(p, wt, now)
 	return min(1, e.Fill)
 }
 
@@ -232,9 +229,12 @@ func (s *Store) fillOf(key uint64, p *Params, wt *Weight, now int64) float64 {
 func (s *Store) Move(from uint64, fromW *Weight, to uint64, toW *Weight, toGroup uint16, now int64) {
 	sh := &s.shards[from%shardCount]
 	sh.mu.Lock()
-	src, ok := sh.m[from]
+	var src entry
+	ep := sh.m.get(from)
+	ok := ep != nil
 	if ok {
-		delete(sh.m, from)
+		src = *ep
+		sh.m.delete(from)
 	}
 	sh.mu.Unlock()
 	if !ok {
@@ -245,17 +245,16 @@ func (s *Store) Move(from uint64, fromW *Weight, to uint64, toW *Weight, toGroup
 	dh := &s.shards[to%shardCount]
 	dh.mu.Lock()
 	defer dh.mu.Unlock()
-	dst, ok := dh.m[to]
+	dst := dh.m.get(to)
 	switch {
-	case ok:
+	case dst != nil:
 		dst.advance(&p, toW, now)
 		dst.Fill = min(dst.Fill, src.Fill)
-		dh.m[to] = dst
 		s.live.Add(-1)
 	case src.Fill < 1:
-		dst = src
-		dst.Last, dst.Epoch, dst.group = max(src.Last, now), toW.Epoch, toGroup
-		dh.m[to] = dst
+		e := src
+		e.Last, e.Epoch, e.group = max(src.Last, now), toW.Epoch, toGroup
+		dh.m.put(to, e)
 	default:
 		s.live.Add(-1)
 	}
@@ -306,19 +305,18 @@ func (s *Store) SweepGroups(weights []*Weight, now int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
+		n := sh.m.sweep(func(_ uint64, e *entry) bool {
 			// A bucket last used after now is judged at its own last reading
 			// by a later sweep: dropping it here could let it restart at now,
 			// earlier than the time it has already been refilled to.
 			if int(e.group) >= len(weights) || weights[e.group] == nil {
-				continue
+				return false
 			}
-			if p := e.params(); e.Last <= now && e.FullAt(&p, weights[e.group], now) {
-				delete(sh.m, k)
-				s.live.Add(-1)
-				dropped++
-			}
-		}
+			p := e.params()
+			return e.Last <= now && e.FullAt(&p, weights[e.group], now)
+		})
+		s.live.Add(-int64(n))
+		dropped += n
 		sh.mu.Unlock()
 	}
 	s.swept.Add(uint64(dropped))

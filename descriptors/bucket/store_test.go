@@ -114,7 +114,12 @@ func TestConcurrentDrawsNeverOverAdmit(t *testing.T) {
 func peek(s *Store, key uint64, wt *Weight, now int64) (State, bool) {
 	sh := &s.shards[key%shardCount]
 	sh.mu.Lock()
-	e, ok := sh.m[key]
+	var e entry
+	ep := sh.m.get(key)
+	ok := ep != nil
+	if ok {
+		e = *ep
+	}
 	sh.mu.Unlock()
 	p := e.params()
 	e.advance(&p, wt, now)
