@@ -58,7 +58,7 @@ func newDecoder(b *block) decoder {
 
 func (d *decoder) desc() *commonv3.RateLimitDescriptor {
 	if len(d.descs) == cap(d.descs) {
-		d.descs = make([]commonv3.RateLimitDescriptor, 0, 2*cap(d.descs))
+		d.descs = make([]commonv3.RateLimitDescriptor, 0, max(2*cap(d.descs), 2))
 	}
 	d.descs = d.descs[:len(d.descs)+1]
 	return &d.descs[len(d.descs)-1]
@@ -66,7 +66,7 @@ func (d *decoder) desc() *commonv3.RateLimitDescriptor {
 
 func (d *decoder) entry() *commonv3.RateLimitDescriptor_Entry {
 	if len(d.ents) == cap(d.ents) {
-		d.ents = make([]commonv3.RateLimitDescriptor_Entry, 0, 2*cap(d.ents))
+		d.ents = make([]commonv3.RateLimitDescriptor_Entry, 0, max(2*cap(d.ents), 2))
 	}
 	d.ents = d.ents[:len(d.ents)+1]
 	return &d.ents[len(d.ents)-1]
@@ -101,6 +101,14 @@ func DecodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 
 func decodeRequest(blk *block, b []byte, req *rlsv3.RateLimitRequest) error {
 	d := newDecoder(blk)
+	if descs, ents := count(b); descs > len(blk.descs) || ents > len(blk.ents) {
+		// Past the block: one slab of each, sized by a first pass over the
+		// tags, instead of slabs that double.
+		d.descs = make([]commonv3.RateLimitDescriptor, 0, descs)
+		d.ents = make([]commonv3.RateLimitDescriptor_Entry, 0, ents)
+		d.eptrs = make([]*commonv3.RateLimitDescriptor_Entry, 0, ents)
+		req.Descriptors = make([]*commonv3.RateLimitDescriptor, 0, descs)
+	}
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -247,6 +255,46 @@ func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// count is how many descriptors and entries b holds, read from the tags alone;
+// on a malformed b it stops early (decoding then fails, or the slabs double).
+func count(b []byte) (descs, ents int) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		if num == reqDescriptors && typ == protowire.BytesType {
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return
+			}
+			descs++
+			for len(m) > 0 {
+				num, typ, k := consumeTag(m)
+				if k < 0 {
+					break
+				}
+				m = m[k:]
+				if k = protowire.ConsumeFieldValue(num, typ, m); k < 0 {
+					break
+				}
+				if num == descEntries && typ == protowire.BytesType {
+					ents++
+				}
+				m = m[k:]
+			}
+			b = b[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return
+		}
+		b = b[n:]
+	}
+	return
 }
 
 // consumeTag is protowire.ConsumeTag refusing field numbers past the largest
