@@ -107,6 +107,15 @@ func (a *autoBool) IsBoolFlag() bool { return true }
 // compareOnly are the flags that only compare mode takes.
 func compareOnly() []string { return []string{"pid-a", "pid-b", "label-a", "label-b", "rounds"} }
 
+// FlagSet returns bench's flags, unparsed: for checks that the documentation
+// names only flags that exist.
+func FlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var o options
+	o.register(fs)
+	return fs
+}
+
 // noopAllowed reports whether --serve-noop takes the flag.
 func noopAllowed(name string) bool {
 	return name == "serve-noop" || name == "noop-server" || name == "json"
