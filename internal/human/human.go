@@ -134,11 +134,8 @@ func Duration(d time.Duration) string {
 	}
 	s := d.Seconds()
 	switch {
-	case d < 10*time.Second:
-		// Tenths below ten seconds: a held change "in 0.4 s" is not "in 0 s".
-		if d%time.Second == 0 {
-			return strconv.FormatInt(int64(s), 10) + " s"
-		}
+	case d < time.Second:
+		// Tenths below a second: a held change "in 0.4 s" is not "in 0 s".
 		return strconv.FormatFloat(math.Floor(s*10)/10, 'f', 1, 64) + " s"
 	case d < time.Minute:
 		return strconv.FormatInt(int64(s), 10) + " s"
