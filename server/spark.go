@@ -15,7 +15,8 @@ import (
 type Spark struct {
 	Rule, Label                     string
 	W, H                            int
-	Admitted, Over, Shadow, Share   string // polyline points
+	Admitted, Over                  string // SVG path data: a bar a slot
+	Shadow, Share                   string // polyline points
 	AdmittedSum, OverSum, ShadowSum uint64
 	Marks                           []SparkMark
 }
@@ -28,7 +29,7 @@ type SparkMark struct {
 
 const (
 	sparkStep = 4 // pixels a slot
-	sparkH    = 36
+	sparkH    = 40
 	sparkPad  = 3 // pixels kept free above the highest point and below 0
 )
 
@@ -51,9 +52,7 @@ func newSpark(h *History, rh *RuleHistory) *Spark {
 	}
 	peak, sharePeak := 0.0, 0.0
 	for i := rh.From; i < n; i++ {
-		for _, c := range []uint64{rh.Admitted[i], rh.Over[i], rh.Shadow[i]} {
-			peak = max(peak, float64(c)/secs(i))
-		}
+		peak = max(peak, float64(rh.Admitted[i]+rh.Over[i])/secs(i))
 		sharePeak = max(sharePeak, rh.Share[i])
 		s.AdmittedSum += rh.Admitted[i]
 		s.OverSum += rh.Over[i]
@@ -66,16 +65,25 @@ func newSpark(h *History, rh *RuleHistory) *Spark {
 		}
 		return sparkH - sparkPad - v/top*(sparkH-2*sparkPad)
 	}
-	line := func(vals []uint64) string {
+	// Admitted and over-limit are stacked bars, one a slot, so a single
+	// slot (a young daemon's, or the one in progress) shows; shadow
+	// over-limit, a part of admitted, is a line over them.
+	var admitted, over strings.Builder
+	for i := rh.From; i < n; i++ {
+		a, o := float64(rh.Admitted[i])/secs(i), float64(rh.Over[i])/secs(i)
+		left := float64((off + i) * sparkStep)
+		bar(&admitted, left, y(0, peak), y(a, peak))
+		bar(&over, left, y(a, peak), y(a+o, peak))
+	}
+	s.Admitted, s.Over = admitted.String(), over.String()
+	if s.ShadowSum > 0 {
 		var p polyline
 		for i := rh.From; i < n; i++ {
-			p.add(x(i), y(float64(vals[i])/secs(i), peak))
+			v := y(float64(rh.Shadow[i])/secs(i), peak)
+			p.add(x(i)-sparkStep/2, v)
+			p.add(x(i)+sparkStep/2, v)
 		}
-		return p.String()
-	}
-	s.Admitted, s.Over = line(rh.Admitted), line(rh.Over)
-	if s.ShadowSum > 0 {
-		s.Shadow = line(rh.Shadow)
+		s.Shadow = p.String()
 	}
 	var share polyline
 	for i := rh.From; i < n; i++ {
@@ -133,6 +141,19 @@ func (p *polyline) String() string {
 		b.WriteString(strconv.Itoa(p.ys[i]))
 	}
 	return b.String()
+}
+
+// bar adds a slot's bar from y0 down to y1 (SVG's y grows downwards) to a
+// path; nothing when it has no height.
+func bar(b *strings.Builder, left, y0, y1 float64) {
+	top, bottom := int(math.Round(y1)), int(math.Round(y0))
+	if bottom-top < 1 {
+		if y0-y1 <= 0 {
+			return
+		}
+		top = bottom - 1 // a count too small for a pixel still shows
+	}
+	b.WriteString("M" + strconv.Itoa(int(left)) + " " + strconv.Itoa(bottom) + "v" + strconv.Itoa(top-bottom) + "h" + strconv.Itoa(sparkStep-1) + "v" + strconv.Itoa(bottom-top) + "z")
 }
 
 func fmt1(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }

@@ -136,7 +136,7 @@ func TestStatusPageSparklines(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<svg class="spark" data-rule="test.to_number"`,
-		`<polyline class="over" data-total="11"`, // 9, then 2: at weight 1/2 a new key's bucket holds 2.5
+		`<path class="over" data-total="11"`, // 9, then 2: at weight 1/2 a new key's bucket holds 2.5
 		`<line class="mark reload"`,
 		`<title>reload at `,
 		`<line class="mark share"`,
