@@ -310,12 +310,13 @@ func (a *Admin) Snapshot() Config {
 		}
 		w := a.engine.RuleWeight(r).W
 		info := RuleInfo{Domain: r.Domain(), Rule: r.Path(), Position: r.Pos().String(), Limit: lim.String(),
-			Unit: lim.Unit().String(), Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name(),
+			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name(),
 			Share: lim.Share().String(), Service: serviceOf[r.Domain()], Weight: w}
 		if info.Service == "" {
 			info.Service = c.Membership.Service
 		}
 		if !lim.Unlimited() {
+			info.Unit = lim.Unit().String()
 			p := lim.Params()
 			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
 			info.LocalRate, info.LocalBurst = p.Local(w)

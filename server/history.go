@@ -192,11 +192,11 @@ func (a *Admin) sampleRules() []sampled {
 			continue
 		}
 		key := ruleKey{r.Domain(), r.Path()}
-		share := 0.0
+		s := sampled{key: key, series: a.metrics.rules[key]}
 		if !lim.Unlimited() {
-			share = a.engine.RuleWeight(r).W
+			s.share, s.unit = a.engine.RuleWeight(r).W, lim.Unit().String()
 		}
-		out = append(out, sampled{key: key, unit: lim.Unit().String(), series: a.metrics.rules[key], share: share})
+		out = append(out, s)
 	}
 	return out
 }
