@@ -19,7 +19,7 @@ const (
 	HistoryStep  = 10 * time.Second
 	historySlots = 60 // ten minutes of HistoryStep
 	// maxHistoryRules bounds the rules kept, so memory stays bounded with
-	// any config (about 2 KiB a rule); past it, rules have no history and
+	// any config (about 2.5 KiB a rule, 5 MB in all); past it, rules have no history and
 	// the page says so.
 	maxHistoryRules = 2000
 	maxMarks        = 64
