@@ -156,13 +156,8 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
 	// says again.
 	d.setReady(d.readyWith(d.engine.Set()) && !d.waitsForXDS())
-	rules.onInstall(func(set *descriptors.Set) {
-		d.setReady(d.readyWith(set))
-		d.admin.Mark(server.MarkReload, "generation "+strconv.Itoa(rules.Status().Generation))
-	})
-	for _, v := range d.views {
-		v.marks.Store(d.admin)
-	}
+	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)); d.markReload(rules) })
+	d.markMembership()
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
 	if d.debugLis != nil {
@@ -372,13 +367,7 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		g.Go(func() error { return d.xds.Run(gctx) })
 	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
-	g.Go(func() error {
-		// The status page's last ten minutes: off the request path, it
-		// reads the per-rule counters every step.
-		t := time.NewTicker(server.HistoryStep)
-		defer t.Stop()
-		return d.admin.RunHistory(gctx, t.C)
-	})
+	g.Go(func() error { return d.history(gctx) })
 	if d.state != nil && d.cfg.StateInterval > 0 {
 		g.Go(func() error { return d.state.checkpoints(gctx, d.cfg.StateInterval) })
 	}
