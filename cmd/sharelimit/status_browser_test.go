@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +19,8 @@ import (
 	"github.com/chromedp/chromedp"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/server"
 )
 
 // screenshot is where TestStatusPageInBrowser also writes its screenshot:
@@ -180,9 +184,17 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("the rules table lacks %q:\n%s", want, rules)
 		}
 	}
-	// Every rule with a limit has one: the five of examples/config.
-	if sparks != 6 {
-		t.Errorf("%d sparklines (rules %s), want one per rule", sparks, svgRules)
+	// Every rule has one, the unlimited one too: as many as /rlconfig has.
+	var c server.Config
+	if err := json.Unmarshal([]byte(get(t, origin+"/rlconfig?format=json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range c.Rules {
+		want = append(want, r.Rule)
+	}
+	if sparks != len(c.Rules) || svgRules != strings.Join(want, " ") {
+		t.Errorf("%d sparklines for rules %s, want one for each of %v", sparks, svgRules, want)
 	}
 	if n, err := strconv.Atoi(overTotal); err != nil || n < 20 {
 		t.Errorf("over-limit series of the rejected rule totals %q, want the 24 rejections", overTotal)
@@ -244,4 +256,18 @@ func traffic(t *testing.T, r *rls, config string, d time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
