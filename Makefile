@@ -23,10 +23,12 @@ consul:
 test: deps consul lint unit fuzz bench-smoke
 
 # deps installs the Debian tools the tests use when a machine lacks them:
-# systemd-analyze checks the example unit, flock serialises the Consul build.
+# systemd-analyze checks the example unit, flock serialises the Consul build,
+# and Chromium loads the status page in TestStatusPageInBrowser (about 50 s
+# to install, with the apt-get update, on a machine without it).
 deps:
-	@command -v systemd-analyze >/dev/null && command -v flock >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq systemd util-linux >/dev/null; }
+	@command -v systemd-analyze >/dev/null && command -v flock >/dev/null && command -v chromium >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq systemd util-linux chromium >/dev/null; }
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -156,7 +156,8 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
 	// says again.
 	d.setReady(d.readyWith(d.engine.Set()) && !d.waitsForXDS())
-	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)) })
+	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)); d.markReload(rules) })
+	d.markMembership()
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
 	if d.debugLis != nil {
@@ -366,6 +367,7 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		g.Go(func() error { return d.xds.Run(gctx) })
 	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
+	g.Go(func() error { return d.history(gctx) })
 	if d.state != nil && d.cfg.StateInterval > 0 {
 		g.Go(func() error { return d.state.checkpoints(gctx, d.cfg.StateInterval) })
 	}

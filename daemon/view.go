@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/server"
@@ -33,12 +35,22 @@ type view struct {
 	// join is told of each view published, for the join ramp; nil until
 	// the daemon has decided it.
 	join atomic.Pointer[joiner]
+	// marks is told of each change of weight, to mark it on the status
+	// page's sparklines; nil until the admin pages exist.
+	marks atomic.Pointer[server.Admin]
 }
 
 // publish puts a view in force: the engine re-divides the group's limits,
 // and no other group's.
 func (v *view) publish(mv membership.View) {
-	v.cur.Store(&mv)
+	old := v.cur.Swap(&mv)
+	if a := v.marks.Load(); a != nil && old != nil && old.Weight != mv.Weight {
+		name := v.service
+		if name == "" {
+			name = "default view"
+		}
+		a.Mark(server.MarkMembership, fmt.Sprintf("%s: %d replicas, weight %s", name, mv.Total, human.Share(mv.Weight)))
+	}
 	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
 	if j := v.join.Load(); j != nil {
 		j.observed(v, mv)

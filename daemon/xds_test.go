@@ -80,7 +80,7 @@ func TestXDSRules(t *testing.T) {
 		}
 	}
 
-	if code, page := r.get(t, r.d.httpLis.Addr().String(), "/"); code != 200 || !strings.Contains(page, `id="xds-version">v1`) || !strings.Contains(page, "version v2 at") {
+	if code, page := r.get(t, r.d.httpLis.Addr().String(), "/"); code != 200 || !strings.Contains(page, `id="xds-version">v1`) || !strings.Contains(page, "version v2, ") {
 		t.Errorf("status page: %d, lacks the xDS version or the NACK:\n%s", code, page)
 	}
 

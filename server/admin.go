@@ -1,15 +1,12 @@
 package server
 
 import (
-	"encoding/json"
-	"fmt"
 	"html/template"
 	"io"
 	"net/http"
 	"net/http/pprof"
 	"sort"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -148,12 +145,13 @@ type Admin struct {
 	draining atomic.Bool
 	version  string
 	page     *template.Template
+	history  *history
 }
 
 // NewAdmin returns the admin handler set. views and reload are read per
 // request; views gives the default view first, then one per mapped service.
 func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, views func() []View, reload func() ReloadStatus) *Admin {
-	return &Admin{svc: svc, engine: engine, metrics: metrics, views: views, reload: reload, page: newStatusPage()}
+	return &Admin{svc: svc, engine: engine, metrics: metrics, views: views, reload: reload, page: newStatusPage(), history: newHistory(time.Now())}
 }
 
 // SetVersion names the build on the status page.
@@ -177,6 +175,8 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("GET /healthcheck", a.healthcheck)
 	mux.HandleFunc("POST /json", a.json)
 	mux.HandleFunc("GET /rlconfig", a.rlconfig)
+	mux.HandleFunc("GET /rlconfig/history", a.historyJSON)
+	mux.HandleFunc("GET /status.css", statusStyle)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -234,10 +234,12 @@ func (a *Admin) json(w http.ResponseWriter, r *http.Request) {
 
 // RuleInfo is one rule as /rlconfig reports it.
 type RuleInfo struct {
-	Domain       string  `json:"domain"`
-	Rule         string  `json:"rule"`
-	Position     string  `json:"position"`
-	Limit        string  `json:"limit"`
+	Domain   string `json:"domain"`
+	Rule     string `json:"rule"`
+	Position string `json:"position"`
+	Limit    string `json:"limit"`
+	// Unit is the limit's unit, in which the pages show its rates.
+	Unit         string  `json:"unit,omitempty"`
 	Unlimited    bool    `json:"unlimited,omitempty"`
 	ClusterRate  float64 `json:"cluster_rate_per_second"`
 	ClusterBurst uint64  `json:"cluster_burst"`
@@ -314,6 +316,7 @@ func (a *Admin) Snapshot() Config {
 			info.Service = c.Membership.Service
 		}
 		if !lim.Unlimited() {
+			info.Unit = lim.Unit().String()
 			p := lim.Params()
 			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
 			info.LocalRate, info.LocalBurst = p.Local(w)
@@ -328,110 +331,6 @@ func (a *Admin) Snapshot() Config {
 	}
 	sort.SliceStable(c.Rules, func(i, j int) bool { return c.Rules[i].Domain < c.Rules[j].Domain })
 	return c
-}
-
-func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
-	c := a.Snapshot()
-	if r.URL.Query().Get("format") == "json" {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(c)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	writeView(w, "membership", c.Membership)
-	for _, v := range c.Services {
-		writeView(w, "\nmembership["+v.Service+"]", v)
-	}
-	fmt.Fprintf(w, "\nconfig: source=%s %s generation=%d loaded_at=%s", c.Reload.Source.Kind, c.Reload.Source.Location, c.Reload.Generation, c.Reload.LoadedAt.Format(time.RFC3339))
-	if c.Reload.LastError != "" {
-		fmt.Fprintf(w, " last_reload_failed=%q", c.Reload.LastError)
-	}
-	if src := c.Reload.Source; src.Kind == "xds" {
-		fmt.Fprintf(w, "\nxds: connected=%t version=%q updates=%d nacks=%d", src.Connected, src.Version, src.Updates, src.Nacks)
-		if src.LastNack != nil {
-			fmt.Fprintf(w, " last_nack_version=%q last_nack=%q", src.LastNack.Version, src.LastNack.Error)
-		}
-		if src.LastError != "" {
-			fmt.Fprintf(w, " last_error=%q", src.LastError)
-		}
-	}
-	fmt.Fprintf(w, "\nbuckets: live=%d max=%d overflowed=%d", c.Buckets, c.MaxBuckets, c.Overflowed)
-	if r := c.JoinRamp; r != nil {
-		fmt.Fprintf(w, "\njoin ramp: new buckets start emptier than full, %.1fs in, over in %.1fs; rejected=%d withheld_tokens=%d",
-			r.ElapsedSeconds, r.EndsInSeconds, r.Rejected, r.WithheldTokens)
-	}
-	w.Write([]byte("\n"))
-	for _, r := range c.Rules {
-		if r.Unlimited {
-			fmt.Fprintf(w, "%s: unlimited (%s)\n", r.Rule, r.Position)
-			continue
-		}
-		fmt.Fprintf(w, "%s: %s; cluster %.6g/s burst %d; local share %.6g/s burst %.6g", r.Rule, r.Limit, r.ClusterRate, r.ClusterBurst, r.LocalRate, r.LocalBurst)
-		switch {
-		case r.Share == descriptors.ShareReplica.String():
-			w.Write([]byte(" (share: replica, not divided)"))
-		case r.Service != "":
-			fmt.Fprintf(w, " (weight %s of service %s)", trimFloat(r.Weight, 6), r.Service)
-		}
-		if r.RampSeconds > 0 {
-			fmt.Fprintf(w, " (join ramp: new buckets fill over %.3gs)", r.RampSeconds)
-		}
-		if r.BelowOneToken {
-			w.Write([]byte(" (share below one token: floored at 1)"))
-		}
-		if r.ShadowMode {
-			w.Write([]byte(" shadow"))
-		}
-		fmt.Fprintf(w, " (%s)\n", r.Position)
-	}
-}
-
-// writeView writes one membership view as a line of /rlconfig's text.
-func writeView(w io.Writer, label string, v View) {
-	fmt.Fprintf(w, "%s: source=%s", label, v.Source)
-	if v.Service != "" {
-		fmt.Fprintf(w, " service=%s", v.Service)
-	}
-	if len(v.Domains) > 0 {
-		fmt.Fprintf(w, " domains=%s", strings.Join(v.Domains, ","))
-	}
-	fmt.Fprintf(w, " total=%d local=%d", v.Total, v.Local)
-	if v.TotalWeight != v.Total || v.LocalWeight != v.Local {
-		fmt.Fprintf(w, " total_weight=%d local_weight=%d", v.TotalWeight, v.LocalWeight)
-	}
-	fmt.Fprintf(w, " weight=%s age=%.1fs", trimFloat(v.Weight, 6), v.AgeSeconds)
-	if p := v.Pending; p != nil {
-		fmt.Fprintf(w, " pending: weight=%s total=%d local=%d at=%s (in %.1fs, if it holds)",
-			trimFloat(p.Weight, 6), p.Total, p.Local, p.At.UTC().Format(time.RFC3339Nano), p.InSecs)
-	}
-	if v.LastError != "" {
-		fmt.Fprintf(w, " last_error=%q", v.LastError)
-	}
-	if d := v.Demand; d != nil {
-		fmt.Fprintf(w, "\n  demand: leading=%t leader=%q params_age=%.1fs stale=%t writes=%d write_errors=%d",
-			d.Leading, d.Leader, d.ParamsAgeSeconds, d.Stale, d.Writes, d.Errors)
-		for _, r := range d.Rules {
-			fmt.Fprintf(w, "\n  demand %s%s: offered=%.4g/s admitted=%.4g/s share=%s equal=%s cluster_admitted_ratio=%.3f",
-				r.Rule, valueSuffix(r.Value), r.Offered, r.Admitted, trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
-		}
-		for _, r := range d.Division {
-			fmt.Fprintf(w, "\n  divided %s%s: node=%s units=%d offered=%.4g/s admitted=%.4g/s share=%s", r.Rule, valueSuffix(r.Value), r.Node, r.Units, r.Offered, r.Admitted, trimFloat(r.Share, 6))
-			if r.Absent {
-				w.Write([]byte(" absent"))
-			}
-		}
-	}
-}
-
-// valueSuffix names a hot value after its rule's path, quoted (it comes
-// from a request); "" for a rule with one bucket.
-func valueSuffix(v string) string {
-	if v == "" {
-		return ""
-	}
-	return " value " + strconv.Quote(v)
 }
 
 // trimFloat formats f with at most prec significant digits, as /rlconfig and

@@ -76,7 +76,7 @@ func TestRLConfig(t *testing.T) {
 	_, _, srv := newAdmin(t)
 	code, body := get(t, srv.URL+"/rlconfig")
 	if code != 200 || !strings.Contains(body, "membership: source=static total=2 local=1 weight=0.5") ||
-		!strings.Contains(body, "test.fixed_one: 2 per second; cluster 2/s burst 2; local share 1/s burst 1") {
+		!strings.Contains(body, "test.fixed_one: 2 per second; cluster 2 per second burst 2; local share 1 per second burst 1") {
 		t.Fatalf("/rlconfig:\n%s", body)
 	}
 	code, body = get(t, srv.URL+"/rlconfig?format=json")
@@ -145,7 +145,7 @@ func TestStatusPage(t *testing.T) {
 		`<td class="num" id="weight">0.5 (50%)</td>`,
 		`<td class="num" id="generation">3</td>`,
 		`<td class="num" id="live">2</td>`,
-		`<td>test.fixed_one</td><td>2 per second</td><td class="num">2</td><td class="num">2</td><td class="num">1</td><td class="num">1</td>`,
+		`<td>test.fixed_one</td><td>2 per second</td><td class="num">2 per second</td><td class="num">2</td><td class="num">1 per second</td><td class="num">1</td>`,
 		`<td>test.ip</td><td>ip=10.0.0.9</td>`,
 	} {
 		if !strings.Contains(page, want) {

@@ -30,10 +30,10 @@ func TestDemandOnTheAdminPages(t *testing.T) {
 	defer srv.Close()
 	_, text := get(t, srv.URL+"/rlconfig")
 	for _, want := range []string{
-		`demand: leading=true leader="node-a" params_age=0.4s stale=false writes=12 write_errors=0`,
-		`demand a.k_v: offered=640/s admitted=230/s share=0.575 equal=0.25 cluster_admitted_ratio=0.980`,
-		`divided a.k_v: node=node-a units=1 offered=640/s admitted=230/s share=0.575`,
-		`divided a.k_v: node=node-c units=1 offered=0/s admitted=0/s share=0.25 absent`,
+		`demand: leading=true leader="node-a" params_age=0.4 s stale=false writes=12 write_errors=0`,
+		`demand a.k_v: offered 640 per second, admitted 230 per second, share=0.575 equal=0.25 cluster_admitted_ratio=0.980`,
+		`divided a.k_v: node=node-a units=1 offered 640 per second, admitted 230 per second, share=0.575`,
+		`divided a.k_v: node=node-c units=1 offered 0 per second, admitted 0 per second, share=0.25 absent`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/rlconfig lacks %q:\n%s", want, text)
@@ -42,7 +42,7 @@ func TestDemandOnTheAdminPages(t *testing.T) {
 	_, page := get(t, srv.URL+"/")
 	for _, want := range []string{
 		`Shares by demand: this replica divides, parameters 0.4 s old; 12 reports written, 0 failed.`,
-		`<td>a.k_v</td><td class="num">640/s</td><td class="num">230/s</td>`,
+		`<td>a.k_v</td><td class="num">640 per second</td><td class="num">230 per second</td>`,
 		`&lt;script&gt;alert(1)&lt;/script&gt;`,
 		`equal (no report)`,
 	} {

@@ -16,7 +16,7 @@ func TestJoinRampShown(t *testing.T) {
 	now := f.svc.clock()
 	f.engine.Store().SetRamp(&bucket.Ramp{Start: now, Cap: 10 * time.Second})
 	_, text := get(t, srv.URL+"/rlconfig")
-	if !strings.Contains(text, "join ramp: new buckets start emptier than full") || !strings.Contains(text, "(join ramp: new buckets fill over 1s)") {
+	if !strings.Contains(text, "join ramp: new buckets start emptier than full") || !strings.Contains(text, "(join ramp: new buckets fill over 1 s)") {
 		t.Fatalf("/rlconfig:\n%s", text)
 	}
 	_, js := get(t, srv.URL+"/rlconfig?format=json")

@@ -43,12 +43,12 @@ func TestRLConfigShowsEveryService(t *testing.T) {
 	srv := servicesAdmin(t)
 	_, text := get(t, srv.URL+"/rlconfig")
 	for _, want := range []string{
-		"membership: source=static total=4 local=1 weight=0.25 age=0.0s\n",
-		"membership[payments]: source=consul service=payments domains=b total=2 local=1 total_weight=4 local_weight=1 weight=0.25 ",
-		"pending: weight=1 total=1 local=1 at=2026-12-03T12:00:02Z (in 1.5s, if it holds)",
-		"a.guard: 10 per second, per replica; cluster 10/s burst 10; local share 10/s burst 10 (share: replica, not divided)",
-		"a.k: 100 per second; cluster 100/s burst 100; local share 25/s burst 25 (",
-		"b.k: 100 per second; cluster 100/s burst 100; local share 25/s burst 25 (weight 0.25 of service payments)",
+		"membership: source=static total=4 local=1 weight=0.25 (25%): static, --replicas 4\n",
+		"membership[payments]: source=consul service=payments domains=b total=2 local=1 total_weight=4 local_weight=1 weight=0.25 (25%), confirmed ",
+		"pending: weight=1 total=1 local=1 at=2026-12-03T12:00:02Z (in 1 s, if it holds)",
+		"a.guard: 10 per second, per replica; cluster 10 per second burst 10; local share 10 per second burst 10 (share: replica, not divided)",
+		"a.k: 100 per second; cluster 100 per second burst 100; local share 25 per second burst 25 (",
+		"b.k: 100 per second; cluster 100 per second burst 100; local share 25 per second burst 25 (weight 0.25 of service payments)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/rlconfig lacks %q:\n%s", want, text)
@@ -82,8 +82,8 @@ func TestStatusPageShowsEveryService(t *testing.T) {
 		`<h3>Consul service payments: domains b</h3>`,
 		`<table id="membership-1">`,
 		`<tr><th>Consul weights (this node / all)</th><td class="num">1 / 4</td></tr>`,
-		`weight 1 (1 replicas, 1 here) takes effect at 2026-12-03T12:00:02Z, in 1.5 s, if it holds`,
-		`<td id="pending">none</td>`,
+		`weight 1 (1 replicas, 1 here) takes effect in 1 s, if it holds`,
+		`<td id="source">static: --replicas 4</td>`,
 		`per replica (not divided)`,
 		`service payments`,
 	} {

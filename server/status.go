@@ -1,10 +1,41 @@
 package server
 
 import (
+	_ "embed"
+	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/human"
+)
+
+// The page and its style sheet are files of their own, embedded, so the
+// markup reads as markup. The style sheet is served from /status.css rather
+// than inlined: the page's Content-Security-Policy then allows styles from
+// its own origin only, and no inline script or style at all.
+var (
+	//go:embed status.html
+	statusHTML string
+	//go:embed status.css
+	statusCSS []byte
+)
+
+// statusCSP is the status page's Content-Security-Policy. Nothing runs:
+// with default-src 'none' and no script-src, no script may load or run,
+// inline or not. The style sheet comes from this origin; the favicon is an
+// empty data: URL, so the browser asks for nothing else. The sparklines are
+// inline SVG, drawn with presentation attributes, which CSP does not govern.
+const statusCSP = "default-src 'none'; style-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// The page stays a bounded size with any config: the rules table is cut
+// into pages, and the long lists are capped, each saying so.
+const (
+	rulesPerPage  = 100
+	maxDemandRows = 200 // per service: its demand rules plus its division
+	maxFiles      = 50
 )
 
 // Status is what the status page shows. It is built from the same snapshot as
@@ -14,10 +45,27 @@ type Status struct {
 	Version      string
 	GeneratedAt  time.Time
 	TopOverLimit []TopKey
+	ViewRows     []ViewRow
+	Files        []string
+	FilesOmitted int
+	// The page of the rules table, 1-based, and its rules.
+	Rows                                      []RuleRow
+	Page, Pages, PerPage, PrevPage, NextPage  int
+	FirstRule, LastRule, TotalRules           int
+	Untracked, MaxHistoryRules, MaxDemandRows int
 }
 
-// Views are every membership view: the default first, then the services'.
-func (s Status) Views() []View { return append([]View{s.Membership}, s.Services...) }
+// ViewRow is a membership view on the page, its demand rows capped.
+type ViewRow struct {
+	View
+	Omitted int // demand and division rows not shown
+}
+
+// RuleRow is a rule on the page, with its last ten minutes.
+type RuleRow struct {
+	RuleInfo
+	Spark *Spark // nil: no history kept for it
+}
 
 // topWindow is how far back the status page looks for over-limit keys.
 const topWindow = time.Minute
@@ -26,85 +74,106 @@ const topWindow = time.Minute
 // not held in a package variable.
 func newStatusPage() *template.Template {
 	return template.Must(template.New("status").Funcs(template.FuncMap{
-		"pct":  func(w float64) string { return trimFloat(w*100, 4) + "%" },
-		"num":  func(f float64) string { return trimFloat(f, 6) },
-		"join": func(s []string) string { return strings.Join(s, ", ") },
+		"pct":   human.Share,
+		"num":   human.Number,
+		"rate":  human.Rate,
+		"count": func(n any) string { return countOf(n) },
+		"secs":  func(s float64) string { return human.Duration(time.Duration(s * float64(time.Second))) },
+		"join":  func(s []string) string { return strings.Join(s, ", ") },
+		"ago":   func(t time.Time) string { return human.Ago(t, time.Now()) },
 		"time": func(t time.Time) string {
 			if t.IsZero() {
 				return "never"
 			}
 			return t.UTC().Format(time.RFC3339)
 		},
-	}).Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="5">
-<title>sharelimit status</title>
-<style>
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
-th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00}
-</style></head><body>
-<h1>sharelimit {{.Version}}</h1>
-<p>Refreshes every 5 s. Generated {{time .GeneratedAt}}. Machine-readable: <a href="/rlconfig?format=json">/rlconfig?format=json</a>, <a href="/metrics">/metrics</a>.</p>
-<h2>Membership</h2>
-{{range $i, $v := .Views}}{{if $v.Service}}<h3>Consul service {{$v.Service}}: {{if $v.Domains}}domains {{join $v.Domains}}{{else}}every domain not mapped to another service{{end}}</h3>{{end}}
-<table id="membership{{if $i}}-{{$i}}{{end}}">
-<tr><th>source</th><td>{{$v.Source}}</td></tr>
-<tr><th>total replicas</th><td class="num">{{$v.Total}}</td></tr>
-<tr><th>on this node</th><td class="num">{{$v.Local}}</td></tr>
-{{if or (ne $v.TotalWeight $v.Total) (ne $v.LocalWeight $v.Local)}}<tr><th>Consul weights (this node / all)</th><td class="num">{{$v.LocalWeight}} / {{$v.TotalWeight}}</td></tr>
-{{end}}<tr><th>weight (this replica's share)</th><td class="num"{{if not $i}} id="weight"{{end}}>{{num $v.Weight}} ({{pct $v.Weight}})</td></tr>
-<tr><th>held change (--membership-hold)</th><td{{if not $i}} id="pending"{{end}}>{{with $v.Pending}}weight {{num .Weight}} ({{.Total}} replicas, {{.Local}} here) takes effect at {{time .At}}, in {{printf "%.1f" .InSecs}} s, if it holds{{else}}none{{end}}</td></tr>
-<tr><th>view confirmed</th><td>{{time $v.ObservedAt}} ({{printf "%.1f" $v.AgeSeconds}} s ago)</td></tr>
-<tr><th>last error</th><td{{if $v.LastError}} class="bad"{{end}}>{{or $v.LastError "none"}} ({{$v.Errors}} errors since start)</td></tr>
-</table>
-{{with $v.Demand}}<p>Shares by demand: {{if .Leading}}this replica divides{{else if .Leader}}divided by {{.Leader}}{{else}}no division yet{{end}}{{if .Leader}}, parameters {{printf "%.1f" .ParamsAgeSeconds}} s old{{if .Stale}} (stale: equal shares){{end}}{{end}}; {{.Writes}} reports written, {{.Errors}} failed.</p>
-<table class="demand">
-<tr><th>rule</th><th>offered here</th><th>admitted here</th><th>share here</th><th>equal share</th><th>cluster admitted ÷ L</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}{{if .Value}} value <code>{{.Value}}</code>{{end}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{num .Share}} ({{pct .Share}})</td><td class="num">{{num .Equal}}</td><td class="num">{{printf "%.3f" .ClusterAdmittedRatio}}</td></tr>
-{{end}}</table>
-{{if .Division}}<p>This replica leads: its last division, every replica's demand and share (busiest first, at most 64 per rule; for a per-value rule, per hot value, the busiest values first).</p>
-<table class="division">
-<tr><th>rule</th><th>node</th><th>units</th><th>offered</th><th>admitted</th><th>share</th></tr>
-{{range .Division}}<tr><td>{{.Rule}}{{if .Value}} value <code>{{.Value}}</code>{{end}}</td><td>{{.Node}}</td><td class="num">{{.Units}}</td><td class="num">{{printf "%.4g" .Offered}}/s</td><td class="num">{{printf "%.4g" .Admitted}}/s</td><td class="num">{{if .Absent}}equal (no report){{else}}{{num .Share}} ({{pct .Share}}){{end}}</td></tr>
-{{end}}</table>{{end}}
-{{end}}{{end}}<h2>Config</h2>
-<table id="config">
-<tr><th>source</th><td id="config-source">{{.Reload.Source.Kind}}: {{.Reload.Source.Location}}</td></tr>
-{{with .Reload.Source}}{{if eq .Kind "xds"}}<tr><th>xDS stream</th><td{{if not .Connected}} class="bad"{{end}}>{{if .Connected}}connected since {{time .ConnectedSince}}{{else}}disconnected{{if .LastError}}: {{.LastError}}{{end}}{{end}}</td></tr>
-<tr><th>xDS version in force</th><td id="xds-version">{{or .Version "none yet"}} ({{.Updates}} updates)</td></tr>
-<tr><th>last NACK</th><td{{if .LastNack}} class="bad"{{end}} id="xds-nack">{{with .LastNack}}version {{.Version}} at {{time .At}}: {{.Error}}{{else}}none{{end}} ({{.Nacks}} since start)</td></tr>
-{{end}}{{end}}<tr><th>generation</th><td class="num" id="generation">{{.Reload.Generation}}</td></tr>
-<tr><th>loaded</th><td>{{time .Reload.LoadedAt}}</td></tr>
-<tr><th>last reload</th><td{{if .Reload.LastError}} class="bad"{{end}}>{{if .Reload.LastError}}failed: {{.Reload.LastError}}{{else}}ok{{end}}</td></tr>
-<tr><th>files</th><td>{{range .Reload.Files}}{{.}}<br>{{end}}</td></tr>
-</table>
-<h2>Buckets</h2>
-<table id="buckets">
-<tr><th>live</th><td class="num" id="live">{{.Buckets}}</td></tr>
-<tr><th>cap (--max-buckets)</th><td class="num">{{.MaxBuckets}}</td></tr>
-<tr><th>decisions sent to overflow buckets</th><td class="num{{if .Overflowed}} bad{{end}}" id="overflowed">{{.Overflowed}}</td></tr>
-{{with .JoinRamp}}<tr><th>join ramp</th><td id="join-ramp">in progress: new buckets start emptier than full ({{printf "%.1f" .ElapsedSeconds}} s in, over in {{printf "%.1f" .EndsInSeconds}} s); {{.Rejected}} first draws refused, {{.WithheldTokens}} tokens held back</td></tr>{{end}}
-</table>
-<h2>Rules</h2>
-<table id="rules">
-<tr><th>rule</th><th>limit</th><th class="num">cluster rate /s</th><th class="num">cluster burst</th><th class="num">local share /s</th><th class="num">local burst</th><th>notes</th></tr>
-{{range .Rules}}<tr><td>{{.Rule}}</td><td>{{.Limit}}</td>{{if .Unlimited}}<td colspan="4"></td>{{else}}<td class="num">{{num .ClusterRate}}</td><td class="num">{{.ClusterBurst}}</td><td class="num">{{num .LocalRate}}</td><td class="num">{{num .LocalBurst}}</td>{{end}}<td>{{if eq .Share "replica"}}per replica (not divided) {{else if .Service}}service {{.Service}} {{end}}{{if .PerValue}}per value {{end}}{{if .ShadowMode}}shadow {{end}}{{if .RampSeconds}}join ramp over {{printf "%.3g" .RampSeconds}} s {{end}}{{if .BelowOneToken}}<span class="bad">share below 1, floored</span>{{end}}</td></tr>
-{{end}}</table>
-<h2>Over limit in the last minute (sampled)</h2>
-{{if .TopOverLimit}}<table id="overlimit"><tr><th>rule</th><th>descriptor</th><th class="num">samples</th></tr>
-{{range .TopOverLimit}}<tr><td>{{.Rule}}</td><td>{{.Value}}</td><td class="num">{{.Samples}}</td></tr>
-{{end}}</table>{{else}}<p id="overlimit">none</p>{{end}}
-</body></html>
-`))
+	}).Parse(statusHTML))
 }
 
-// statusPage renders the status page at /.
-func (a *Admin) statusPage(w http.ResponseWriter, _ *http.Request) {
-	st := Status{Config: a.Snapshot(), Version: a.version, GeneratedAt: time.Now(), TopOverLimit: a.metrics.overLimit.top(20, topWindow)}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+// countOf formats any of the integer types the snapshot uses.
+func countOf(n any) string {
+	switch n := n.(type) {
+	case int:
+		return human.Count(uint64(max(n, 0)))
+	case uint64:
+		return human.Count(n)
+	case uint32:
+		return human.Count(uint64(n))
+	}
+	return fmt.Sprint(n)
+}
+
+// statusPage renders the status page at /; ?page=N picks the page of rules.
+func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	c := a.Snapshot()
+	st := Status{Config: c, Version: a.version, GeneratedAt: now, TopOverLimit: a.metrics.overLimit.top(20, topWindow),
+		PerPage: rulesPerPage, TotalRules: len(c.Rules), MaxHistoryRules: maxHistoryRules, MaxDemandRows: maxDemandRows}
+	for _, v := range append([]View{c.Membership}, c.Services...) {
+		st.ViewRows = append(st.ViewRows, capDemand(v))
+	}
+	st.Files = c.Reload.Files
+	if len(st.Files) > maxFiles {
+		st.Files, st.FilesOmitted = st.Files[:maxFiles], len(st.Files)-maxFiles
+	}
+	st.Pages = max(1, (len(c.Rules)+rulesPerPage-1)/rulesPerPage)
+	st.Page, _ = strconv.Atoi(r.URL.Query().Get("page"))
+	st.Page = min(max(st.Page, 1), st.Pages)
+	lo, hi := (st.Page-1)*rulesPerPage, min(st.Page*rulesPerPage, len(c.Rules))
+	st.FirstRule, st.LastRule = lo+1, hi
+	if st.Page > 1 {
+		st.PrevPage = st.Page - 1
+	}
+	if st.Page < st.Pages {
+		st.NextPage = st.Page + 1
+	}
+	shown := map[ruleKey]bool{}
+	for _, ri := range c.Rules[lo:hi] {
+		shown[ruleKey{ri.Domain, ri.Rule}] = true
+	}
+	hist := a.historyAt(now, func(k ruleKey) bool { return shown[k] })
+	st.Untracked = hist.Untracked
+	byKey := map[ruleKey]*RuleHistory{}
+	for i := range hist.Rules {
+		byKey[ruleKey{hist.Rules[i].Domain, hist.Rules[i].Rule}] = &hist.Rules[i]
+	}
+	for _, ri := range c.Rules[lo:hi] {
+		row := RuleRow{RuleInfo: ri}
+		if rh := byKey[ruleKey{ri.Domain, ri.Rule}]; rh != nil {
+			row.Spark = newSpark(&hist, rh)
+		}
+		st.Rows = append(st.Rows, row)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", statusCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
 	if err := a.page.Execute(w, st); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
+}
+
+// capDemand keeps at most maxDemandRows of a view's demand rows, its rules
+// first, and counts the rest.
+func capDemand(v View) ViewRow {
+	d := v.Demand
+	if d == nil || len(d.Rules)+len(d.Division) <= maxDemandRows {
+		return ViewRow{View: v}
+	}
+	c := *d
+	row := ViewRow{Omitted: len(d.Rules) + len(d.Division) - maxDemandRows}
+	c.Rules = c.Rules[:min(len(c.Rules), maxDemandRows)]
+	c.Division = c.Division[:min(len(c.Division), maxDemandRows-len(c.Rules))]
+	v.Demand = &c
+	row.View = v
+	return row
+}
+
+// statusStyle serves the page's style sheet.
+func statusStyle(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "max-age=300")
+	w.Write(statusCSS)
 }

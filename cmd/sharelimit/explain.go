@@ -13,6 +13,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -46,8 +47,8 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		w = v.Weight
 		fmt.Fprintln(stdout, describeView(v))
 		if ramp != nil {
-			fmt.Fprintf(stdout, "join ramp in progress (%.1fs in, over in %.1fs): a key this daemon has no bucket for yet starts emptier than full, at the time since the ramp began over its rule's ramp (/rlconfig lists each rule's)\n",
-				ramp.ElapsedSeconds, ramp.EndsInSeconds)
+			fmt.Fprintf(stdout, "join ramp in progress (%s in, over in %s): a key this daemon has no bucket for yet starts emptier than full, at the time since the ramp began over its rule's ramp (/rlconfig lists each rule's)\n",
+				secs(ramp.ElapsedSeconds), secs(ramp.EndsInSeconds))
 		}
 	}
 	// A lone "+" separates the descriptors of one request.
@@ -111,23 +112,32 @@ func liveView(admin, domain string) (server.View, *server.JoinRamp, error) {
 // describeView says, in one line, which view divides the domain's limits.
 func describeView(v server.View) string {
 	var b strings.Builder
-	if v.Service == "" {
+	switch {
+	case v.Service == "" && v.Source == "static":
+		fmt.Fprintf(&b, "membership: static (--replicas %d)", v.Total)
+	case v.Service == "":
 		fmt.Fprintf(&b, "membership: %s, %d replicas", v.Source, v.Total)
-	} else {
+	default:
 		fmt.Fprintf(&b, "membership: Consul service %s (%s), %d replicas, %d on this node", v.Service, v.Source, v.Total, v.Local)
 		if v.TotalWeight != v.Total || v.LocalWeight != v.Local {
 			fmt.Fprintf(&b, ", weights %d of %d", v.LocalWeight, v.TotalWeight)
 		}
 	}
-	fmt.Fprintf(&b, ": weight %.4g in force", v.Weight)
+	fmt.Fprintf(&b, ": weight %.4g (%s) in force", v.Weight, human.Share(v.Weight))
+	if v.Source != "static" {
+		fmt.Fprintf(&b, ", confirmed %s", human.AgoSeconds(v.AgeSeconds, v.ObservedAt.IsZero()))
+	}
 	if p := v.Pending; p != nil {
-		fmt.Fprintf(&b, "; held: weight %.4g takes effect in %.1f s if it holds", p.Weight, p.InSecs)
+		fmt.Fprintf(&b, "; held: weight %.4g takes effect in %s if it holds", p.Weight, secs(p.InSecs))
 	}
 	if d := v.Demand; d != nil {
 		for _, r := range d.Rules {
-			fmt.Fprintf(&b, "\ndemand-shared %s: share %.4g in force here (equal %.4g), offered here %.4g/s, cluster admitted %.1f%% of the limit",
-				r.Rule, r.Share, r.Equal, r.Offered, 100*r.ClusterAdmittedRatio)
+			fmt.Fprintf(&b, "\ndemand-shared %s: share %.4g in force here (equal %.4g), offered here %s, cluster admitted %.1f%% of the limit",
+				r.Rule, r.Share, r.Equal, human.Rate(r.Offered, "second"), 100*r.ClusterAdmittedRatio)
 		}
 	}
 	return b.String()
 }
+
+// secs formats a span given in seconds as a person reads it: "0.4 s", "9 s".
+func secs(s float64) string { return human.Duration(time.Duration(s * float64(time.Second))) }

@@ -32,7 +32,7 @@ func TestExplainAdminUsesTheDomainsView(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{
-		"membership: Consul service payments (consul), 2 replicas, 1 on this node, weights 1 of 4: weight 0.25 in force; held: weight 1 takes effect in 1.5 s if it holds\n",
+		"membership: Consul service payments (consul), 2 replicas, 1 on this node, weights 1 of 4: weight 0.25 (25%) in force, confirmed never; held: weight 1 takes effect in 1 s if it holds\n",
 		`domain "backend", weight 0.25`,
 		"local share: 250/s, bucket of 250",
 	} {
@@ -43,13 +43,13 @@ func TestExplainAdminUsesTheDomainsView(t *testing.T) {
 	// A domain mapped to no service takes the default view.
 	cfg.Membership.Weight = 0.5
 	if code, out = runCLI("explain", "--config-dir", "../../examples/config", "--domain", "edge", "--admin", srv.URL, "remote_address=10.0.0.1"); code != 0 ||
-		!strings.Contains(out, "membership: Consul service edge (consul), 4 replicas, 1 on this node: weight 0.5 in force\n") {
+		!strings.Contains(out, "membership: Consul service edge (consul), 4 replicas, 1 on this node: weight 0.5 (50%) in force, confirmed never\n") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	// A join ramp in progress is said.
 	cfg.JoinRamp = &server.JoinRamp{ElapsedSeconds: 0.4, EndsInSeconds: 9.6}
 	if code, out = runCLI("explain", "--config-dir", "../../examples/config", "--domain", "edge", "--admin", srv.URL, "remote_address=10.0.0.1"); code != 0 ||
-		!strings.Contains(out, "join ramp in progress (0.4s in, over in 9.6s)") {
+		!strings.Contains(out, "join ramp in progress (0.4 s in, over in 9 s)") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	cfg.JoinRamp = nil
