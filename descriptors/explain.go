@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/sharelimit/sharelimit/internal/human"
 )
 
 // Explain writes, for each request descriptor, which rule matched at each
@@ -97,7 +98,7 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 		fmt.Fprintf(out, "  unlimited: always OK, limit_remaining %d\n", uint32(1<<32-1))
 		return
 	}
-	fmt.Fprintf(out, "  cluster-wide: %s (refills %.6g/s, bucket of %d)\n", l, l.params.Rate, l.burst)
+	fmt.Fprintf(out, "  cluster-wide: %s (refills %s, bucket of %s)\n", l, human.Rate(l.params.Rate, l.unit.String()), human.Count(uint64(l.burst)))
 	if l.share == ShareReplica {
 		fmt.Fprintf(out, "  share: replica: not divided by the weight; every replica enforces the whole limit on its own\n")
 		w = 1
@@ -111,7 +112,7 @@ func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDe
 		fmt.Fprintf(out, "  local share: 0: requests_per_unit 0 blocks every request on every replica\n")
 	} else {
 		rate, size := l.params.Local(w)
-		fmt.Fprintf(out, "  local share: %.6g/s, bucket of %.6g", rate, size)
+		fmt.Fprintf(out, "  local share: %s, bucket of %s", human.Rate(rate, l.unit.String()), human.Number(size))
 		if l.params.Size*w < 1 {
 			fmt.Fprintf(out, " (B·w = %.3g is below 1: floored at 1 so this replica can pass a request)", l.params.Size*w)
 		}

@@ -34,7 +34,7 @@ func TestExplainAdminUsesTheDomainsView(t *testing.T) {
 	for _, want := range []string{
 		"membership: Consul service payments (consul), 2 replicas, 1 on this node, weights 1 of 4: weight 0.25 (25%) in force, confirmed never; held: weight 1 takes effect in 1 s if it holds\n",
 		`domain "backend", weight 0.25`,
-		"local share: 250/s, bucket of 250",
+		"local share: 250 per second, bucket of 250",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lacks %q:\n%s", want, out)
