@@ -27,6 +27,9 @@ func TestStuckCheckpointDoesNotHoldTheStop(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a checkpoint tick now waits inside write
 	stopped := time.Now()
 	cancel()
+	// The abandoned writes go on once the disk answers; they must be over
+	// before the test's directory is removed.
+	defer d.state.writing.Wait()
 	select {
 	case <-done:
 		d.state.mu.Unlock()

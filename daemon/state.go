@@ -32,6 +32,10 @@ type keeper struct {
 	d      *Daemon
 
 	mu sync.Mutex // one write at a time
+	// writing counts the goroutines of writes begun and not yet over, those
+	// waiting for mu included: a stop abandons stuck ones, and tests wait for
+	// them. Added to before each goroutine starts.
+	writing sync.WaitGroup
 
 	loadErrors  prometheus.Counter
 	writes      prometheus.Counter
@@ -198,7 +202,9 @@ func (k *keeper) finalWrite(timeout time.Duration) {
 		return
 	}
 	done := make(chan struct{})
+	k.writing.Add(1)
 	go func() {
+		defer k.writing.Done()
 		defer close(done)
 		if n, err := k.write("shutdown"); err == nil {
 			k.d.log.Info("state written", "path", k.path, "buckets", n)
@@ -238,7 +244,9 @@ func (k *keeper) checkpoints(ctx context.Context, every time.Duration) error {
 			}
 		}
 		busy = make(chan struct{})
+		k.writing.Add(1)
 		go func(done chan struct{}) {
+			defer k.writing.Done()
 			defer close(done)
 			k.write("checkpoint") //nolint:errcheck // logged and counted
 		}(busy)
