@@ -24,8 +24,9 @@ type slot struct {
 	e   entry
 }
 
-// zeroKey stands for the key 0.
-const zeroKey = 0x9e3779b97f4a7c15
+// zeroKey stands for the key 0. It is 0 modulo shardCount, so it lives in key
+// 0's shard: a bucket exported under it is restored where key 0 finds it.
+const zeroKey = 0x9e3779b97f4a7c00
 
 // minSlots is a table's first size.
 const minSlots = 8

@@ -5,7 +5,8 @@
 // answer into a fresh slice sized by a separate pass over the message.
 //
 // Here a request is decoded into a fixed handful of allocations whatever its
-// shape (its bytes copied once, the strings pointing into that copy), and an
+// shape (a short one into a single block holding its bytes, which its strings
+// point into; a longer one with its strings copied out together), and an
 // answer is written into a pooled buffer that grpc-go hands back once it is on
 // the wire. The bytes are the protobuf runtime's own: fuzz tests hold the
 // decoder to proto.Unmarshal and the encoder to proto.Marshal. Any other
@@ -74,12 +75,16 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.fallback.Unmarshal(data, v)
 	}
-	// The request's strings point into one copy of its bytes: the buffers
-	// grpc-go passes in go back to its pool when this returns. A short
-	// request's copy lives in its block.
+	// A short request is copied into its block and its strings point there;
+	// a longer one is decoded where grpc-go holds it (one buffer) or from a
+	// copy, and its strings are copied out: the buffers grpc-go passes in go
+	// back to its pool when this returns.
 	blk := new(block)
 	if n := data.Len(); n <= len(blk.raw) {
-		return decodeRequest(blk, blk.raw[:data.CopyTo(blk.raw[:n])], req)
+		return decodeRequest(blk, blk.raw[:data.CopyTo(blk.raw[:n])], true, req)
 	}
-	return decodeRequest(blk, data.Materialize(), req)
+	if len(data) == 1 {
+		return decodeRequest(blk, data[0].ReadOnlyData(), false, req)
+	}
+	return decodeRequest(blk, data.Materialize(), false, req)
 }

@@ -50,6 +50,8 @@ type decoder struct {
 	descs []commonv3.RateLimitDescriptor
 	ents  []commonv3.RateLimitDescriptor_Entry
 	eptrs []*commonv3.RateLimitDescriptor_Entry // descriptors' Entries are sub-slices
+	alias bool                                  // strings may point into the input
+	arena []byte                                // strings' copies otherwise; a full one is left, never grown
 }
 
 func newDecoder(b *block) decoder {
@@ -94,16 +96,31 @@ const inlineBytes = 128
 // proto.Unmarshal: fields in any order, a repeated scalar's last value wins, a
 // message field given twice is merged, known fields of the wrong wire type and
 // unknown fields are skipped (not kept), and strings must be UTF-8. req's
-// strings point into b, which the caller must not change afterwards.
+// strings are copies: b may change afterwards.
 func DecodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	return decodeRequest(new(block), b, req)
+	return decodeRequest(new(block), b, false, req)
 }
 
-func decodeRequest(blk *block, b []byte, req *rlsv3.RateLimitRequest) error {
+// presizeMax bounds the slabs sized from count: a request's tags are not yet
+// validated then, and a hostile one could claim a million descriptors and
+// fail on its first. Past these, slabs double as decoding proves them needed.
+const (
+	presizeDescs   = 64
+	presizeEntries = 256
+)
+
+// decodeRequest decodes b into req. With alias, b is blk.raw, a request short
+// enough to live in its block, and req's strings point into it; otherwise
+// they are copied into arena chunks of their own, so that a string kept
+// after the request (an over-limit sample's domain, say) keeps only strings
+// alive, never the request's other bytes.
+func decodeRequest(blk *block, b []byte, alias bool, req *rlsv3.RateLimitRequest) error {
 	d := newDecoder(blk)
+	d.alias = alias
 	if descs, ents := count(b); descs > len(blk.descs) || ents > len(blk.ents) {
 		// Past the block: one slab of each, sized by a first pass over the
 		// tags, instead of slabs that double.
+		descs, ents = min(descs, presizeDescs), min(ents, presizeEntries)
 		d.descs = make([]commonv3.RateLimitDescriptor, 0, descs)
 		d.ents = make([]commonv3.RateLimitDescriptor_Entry, 0, ents)
 		d.eptrs = make([]*commonv3.RateLimitDescriptor_Entry, 0, ents)
@@ -124,7 +141,7 @@ func decodeRequest(blk *block, b []byte, req *rlsv3.RateLimitRequest) error {
 			if !utf8.Valid(s) {
 				return errUTF8
 			}
-			req.Domain = str(s)
+			req.Domain = d.str(s)
 			b = b[n:]
 		case num == reqDescriptors && typ == protowire.BytesType:
 			m, n := protowire.ConsumeBytes(b)
@@ -173,7 +190,7 @@ func (d *decoder) decodeDescriptor(b []byte, desc *commonv3.RateLimitDescriptor)
 				return errTruncated
 			}
 			e := d.entry()
-			if err := decodeEntry(m, e); err != nil {
+			if err := d.decodeEntry(m, e); err != nil {
 				return err
 			}
 			start = d.appendEntry(start, e)
@@ -225,7 +242,7 @@ func (d *decoder) decodeDescriptor(b []byte, desc *commonv3.RateLimitDescriptor)
 	return nil
 }
 
-func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) error {
+func (d *decoder) decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) error {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -241,9 +258,9 @@ func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) error {
 				return errUTF8
 			}
 			if num == entryKey {
-				e.Key = str(s)
+				e.Key = d.str(s)
 			} else {
-				e.Value = str(s)
+				e.Value = d.str(s)
 			}
 			b = b[n:]
 			continue
@@ -307,11 +324,22 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	return num, typ, n
 }
 
-// str is s as a string without a copy. The caller's bytes are a copy made for
-// this request and never written again.
-func str(s []byte) string {
+// arenaChunk is the smallest arena chunk: a request's strings, as a rule.
+const arenaChunk = 256
+
+// str is s as a string: pointing into the input when it is the block's own
+// copy, else copied into the arena.
+func (d *decoder) str(s []byte) string {
 	if len(s) == 0 {
 		return ""
+	}
+	if !d.alias {
+		if cap(d.arena)-len(d.arena) < len(s) {
+			d.arena = make([]byte, 0, max(len(s), arenaChunk))
+		}
+		start := len(d.arena)
+		d.arena = append(d.arena, s...)
+		s = d.arena[start:]
 	}
 	return unsafe.String(&s[0], len(s))
 }

@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"unicode/utf8"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -35,29 +38,38 @@ const (
 	wrapperValue = 1
 )
 
-// Writable reports whether AppendResponse writes every field resp has set: all
-// but raw_body, dynamic_metadata and quota, which the protobuf runtime writes.
+// Writable reports whether AppendResponse writes resp exactly as proto.Marshal
+// would: resp is not nil, sets none of raw_body, dynamic_metadata and quota,
+// carries no unknown fields, and its strings are UTF-8. Anything else goes to
+// the protobuf runtime.
 func Writable(resp *rlsv3.RateLimitResponse) bool {
-	if resp.RawBody != nil || resp.DynamicMetadata != nil || resp.Quota != nil {
+	if resp == nil || resp.RawBody != nil || resp.DynamicMetadata != nil || resp.Quota != nil || !known(resp) {
 		return false
 	}
 	for _, st := range resp.Statuses {
-		if st == nil || st.Quota != nil {
+		if st == nil || st.Quota != nil || !known(st) {
+			return false
+		}
+		if l := st.CurrentLimit; l != nil && (!known(l) || !utf8.ValidString(l.Name) || (l.UnitMultiplier != nil && !known(l.UnitMultiplier))) {
+			return false
+		}
+		if d := st.DurationUntilReset; d != nil && !known(d) {
 			return false
 		}
 	}
-	for _, h := range resp.ResponseHeadersToAdd {
-		if h == nil {
-			return false
-		}
-	}
-	for _, h := range resp.RequestHeadersToAdd {
-		if h == nil {
-			return false
+	for _, hs := range [][]*corev3.HeaderValue{resp.ResponseHeadersToAdd, resp.RequestHeadersToAdd} {
+		for _, h := range hs {
+			if h == nil || !known(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+				return false
+			}
 		}
 	}
 	return true
 }
+
+// known reports that m carries no unknown fields, which only a decoded
+// message can have.
+func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
 // ResponseSize is the length of AppendResponse's encoding of resp.
 func ResponseSize(resp *rlsv3.RateLimitResponse) int {
