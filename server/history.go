@@ -69,8 +69,11 @@ type history struct {
 	start time.Time               // when the slot in progress began
 	rules map[ruleKey]*ruleRing
 	// untracked counts the rules in force at the last sample that have no
-	// ring because maxHistoryRules were kept already.
+	// ring because maxHistoryRules were kept already; unseen names them: a
+	// ring they get later starts from their counters as they are then, not
+	// from zero, or its first slot would hold everything counted unseen.
 	untracked int
+	unseen    map[ruleKey]bool
 	marks     [maxMarks]Mark
 	nmarks    int
 }
@@ -94,27 +97,46 @@ func (h *history) sample(now time.Time, rules []sampled) {
 	defer h.mu.Unlock()
 	h.seq++
 	h.ends[h.seq%historySlots] = now
-	h.untracked = 0
+	// Rules gone since the last sample give their places up first, so that
+	// a reload swapping rules at the cap keeps every rule in force tracked.
+	for _, r := range rules {
+		if ring := h.rules[r.key]; ring != nil {
+			ring.seen = h.seq
+		}
+	}
+	for k, ring := range h.rules {
+		if ring.seen != h.seq {
+			delete(h.rules, k)
+		}
+	}
+	wasUnseen := h.unseen
+	h.untracked, h.unseen = 0, nil
 	for _, r := range rules {
 		ring := h.rules[r.key]
 		if ring == nil {
 			if len(h.rules) >= maxHistoryRules {
 				h.untracked++
+				if h.unseen == nil {
+					h.unseen = map[ruleKey]bool{}
+				}
+				h.unseen[r.key] = true
 				continue
 			}
 			ring = &ruleRing{key: r.key}
 			h.rules[r.key] = ring
+			if wasUnseen[r.key] {
+				// Counted unseen until now: this interval's share of that is
+				// unknown, so its slot stays empty and counting starts here.
+				ring.unit, ring.seen = r.unit, h.seq
+				ring.base = ring.read(r.series)
+				continue
+			}
 		}
 		ring.unit = r.unit
 		cur := ring.read(r.series)
 		s := &ring.slots[h.seq%historySlots]
 		*s = slot{seq: h.seq, admitted: cur[0] - ring.base[0], over: cur[1] - ring.base[1], shadow: cur[2] - ring.base[2], share: r.share}
 		ring.base, ring.seen = cur, h.seq
-	}
-	for k, ring := range h.rules {
-		if ring.seen != h.seq {
-			delete(h.rules, k)
-		}
 	}
 	h.start = now
 }
@@ -261,7 +283,9 @@ func (h *history) at(now time.Time, live []sampled, want func(ruleKey) bool) His
 			continue
 		}
 		if ring == nil {
-			if fresh++; len(h.rules)+fresh > maxHistoryRules {
+			if fresh++; len(h.rules)+fresh > maxHistoryRules || h.unseen[r.key] {
+				// Past the cap, or counted unseen: what of its count falls
+				// in the slot in progress is unknown.
 				continue
 			}
 			ring = &ruleRing{key: r.key, unit: r.unit}

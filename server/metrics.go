@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,7 +97,26 @@ func (m *Metrics) recordOverLimit(domain string, st *descriptors.Status, d *comm
 	if st.Rule != nil {
 		rule = st.Rule.Path()
 	}
-	m.overLimit.record(domain, rule, entriesText(d))
+	m.overLimit.record(clip(domain), rule, clip(entriesText(d)))
+}
+
+// maxSampleText bounds what an over-limit sample keeps of a request's
+// domain and values: the client chooses them, and the status page and its
+// ring must stay small whatever it sends.
+const maxSampleText = 256
+
+// clip returns s, or a copy of its first maxSampleText bytes (cut at a
+// character) followed by "…": a copy, so a sample never keeps the request's
+// own bytes alive.
+func clip(s string) string {
+	if len(s) <= maxSampleText {
+		return strings.Clone(s)
+	}
+	n := maxSampleText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // entriesText renders a descriptor's entries as key=value pairs.
@@ -109,6 +129,9 @@ func entriesText(d *commonv3.RateLimitDescriptor) string {
 		b.WriteString(e.GetKey())
 		b.WriteByte('=')
 		b.WriteString(e.GetValue())
+		if b.Len() > maxSampleText {
+			break // clip keeps no more
+		}
 	}
 	return b.String()
 }

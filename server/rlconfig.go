@@ -127,7 +127,7 @@ func valueSuffix(v string) string {
 }
 
 // seconds formats a span given in seconds as the pages do: "1.5 s", "2 min 5 s".
-func seconds(s float64) string { return human.Duration(time.Duration(s * float64(time.Second))) }
+func seconds(s float64) string { return human.Seconds(s) }
 
 // historyJSON serves the rules' last ten minutes for scripts: the same
 // rings the status page draws, every rule kept.

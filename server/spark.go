@@ -18,7 +18,11 @@ type Spark struct {
 	Admitted, Over                  string // SVG path data: a bar a slot
 	Shadow, Share                   string // polyline points
 	AdmittedSum, OverSum, ShadowSum uint64
-	Marks                           []SparkMark
+	// Marks are this rule's share changes, at most maxShareMarks (the
+	// latest). The marks every rule shares (reloads, membership changes) are
+	// drawn once a page (pageMarks) and used by reference (Shared).
+	Marks  []SparkMark
+	Shared bool
 }
 
 // SparkMark is a vertical line on a sparkline.
@@ -32,6 +36,10 @@ const (
 	sparkH    = 40
 	sparkPad  = 3 // pixels kept free above the highest point and below 0
 )
+
+// maxShareMarks bounds a sparkline's share-change marks: a rule whose share
+// moves every slot would otherwise carry sixty.
+const maxShareMarks = 12
 
 var markColors = map[string]string{MarkReload: "#6a1b9a", MarkMembership: "#00897b", MarkShare: "#777"}
 
@@ -91,27 +99,45 @@ func newSpark(h *History, rh *RuleHistory) *Spark {
 		yy := y(rh.Share[i], sharePeak)
 		share.add(x(i)-sparkStep/2, yy)
 		share.add(x(i)+sparkStep/2, yy)
-		if i > rh.From && rh.Share[i] != rh.Share[i-1] {
-			s.Marks = append(s.Marks, SparkMark{X: fmt1(x(i) - sparkStep/2), Kind: MarkShare, Color: markColors[MarkShare],
-				Title: "share " + human.Share(rh.Share[i-1]) + " → " + human.Share(rh.Share[i])})
+		// A change is marked as the page shows shares: demand sharing moves
+		// them by fractions no one could read.
+		if i > rh.From {
+			if was, is := human.Share(rh.Share[i-1]), human.Share(rh.Share[i]); was != is {
+				s.Marks = append(s.Marks, SparkMark{X: fmt1(x(i) - sparkStep/2), Kind: MarkShare, Color: markColors[MarkShare],
+					Title: "share " + was + " → " + is})
+			}
 		}
+	}
+	if len(s.Marks) > maxShareMarks {
+		s.Marks = s.Marks[len(s.Marks)-maxShareMarks:]
 	}
 	s.Share = share.String()
-	if n > 0 {
-		t0 := h.Starts[0]
-		for _, m := range h.Marks {
-			at := m.At.Sub(t0).Seconds() / h.StepSeconds
-			xx := min(float64(off*sparkStep)+at*sparkStep, float64(s.W-1))
-			title := m.Kind + " at " + m.At.UTC().Format("15:04:05")
-			if m.Note != "" {
-				title += ": " + m.Note
-			}
-			s.Marks = append(s.Marks, SparkMark{X: fmt1(xx), Kind: m.Kind, Color: markColors[m.Kind], Title: title})
-		}
-	}
+	s.Shared = len(h.Marks) > 0
 	s.Label = rh.Rule + ", last 10 minutes: " + human.Count(s.AdmittedSum) + " admitted, " + human.Count(s.OverSum) + " over limit, " +
 		human.Count(s.ShadowSum) + " shadow over limit"
 	return s
+}
+
+// pageMarks are the marks every rule's sparkline shares, on the sparklines'
+// common time axis: the page draws them once and each sparkline uses them.
+func pageMarks(h *History) []SparkMark {
+	n := len(h.Starts)
+	if n == 0 {
+		return nil
+	}
+	off, w := historySlots+1-n, (historySlots+1)*sparkStep
+	t0 := h.Starts[0]
+	out := make([]SparkMark, 0, len(h.Marks))
+	for _, m := range h.Marks {
+		at := m.At.Sub(t0).Seconds() / h.StepSeconds
+		xx := min(float64(off*sparkStep)+at*sparkStep, float64(w-1))
+		title := m.Kind + " at " + m.At.UTC().Format("15:04:05")
+		if m.Note != "" {
+			title += ": " + m.Note
+		}
+		out = append(out, SparkMark{X: fmt1(xx), Kind: m.Kind, Color: markColors[m.Kind], Title: title})
+	}
+	return out
 }
 
 // polyline collects a polyline's points in whole pixels, leaving out the

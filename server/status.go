@@ -53,6 +53,10 @@ type Status struct {
 	Page, Pages, PerPage, PrevPage, NextPage  int
 	FirstRule, LastRule, TotalRules           int
 	Untracked, MaxHistoryRules, MaxDemandRows int
+	// PageMarks are the reload and membership marks, drawn once and used by
+	// every sparkline (at SparkH tall).
+	PageMarks []SparkMark
+	SparkH    int
 }
 
 // ViewRow is a membership view on the page, its demand rows capped.
@@ -78,7 +82,7 @@ func newStatusPage() *template.Template {
 		"num":   human.Number,
 		"rate":  human.Rate,
 		"count": func(n any) string { return countOf(n) },
-		"secs":  func(s float64) string { return human.Duration(time.Duration(s * float64(time.Second))) },
+		"secs":  human.Seconds,
 		"join":  func(s []string) string { return strings.Join(s, ", ") },
 		"ago":   func(t time.Time) string { return human.Ago(t, time.Now()) },
 		"time": func(t time.Time) string {
@@ -137,6 +141,7 @@ func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
 	for i := range hist.Rules {
 		byKey[ruleKey{hist.Rules[i].Domain, hist.Rules[i].Rule}] = &hist.Rules[i]
 	}
+	st.PageMarks, st.SparkH = pageMarks(&hist), sparkH
 	for _, ri := range c.Rules[lo:hi] {
 		row := RuleRow{RuleInfo: ri}
 		if rh := byKey[ruleKey{ri.Domain, ri.Rule}]; rh != nil {

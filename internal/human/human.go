@@ -75,6 +75,10 @@ func Number(v float64) string {
 		return "0"
 	case v < 0.001:
 		return "under 0.001"
+	case v >= 1e18:
+		// Past what a count holds exactly (and past 2^64, which a uint64
+		// would wrap): three digits and an exponent.
+		return strconv.FormatFloat(v, 'g', 3, 64)
 	case v >= 999.5:
 		return Count(uint64(math.Round(v)))
 	}
@@ -177,5 +181,18 @@ func AgoSeconds(secs float64, never bool) string {
 	if secs < 1 {
 		return "just now"
 	}
-	return Duration(time.Duration(secs*float64(time.Second))) + " ago"
+	return Seconds(secs) + " ago"
+}
+
+// Seconds is Duration for a span given in seconds, which may be past what a
+// time.Duration holds (about 292 years; a timestamp from another machine can
+// be anything): such a span reads "over 100 years", never a wrapped one.
+func Seconds(secs float64) string {
+	if math.IsNaN(secs) {
+		return "unknown"
+	}
+	if secs >= 100*365*24*3600 {
+		return "over 100 years"
+	}
+	return Duration(time.Duration(secs * float64(time.Second)))
 }
