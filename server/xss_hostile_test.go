@@ -24,7 +24,7 @@ func TestStatusPageHostileStrings(t *testing.T) {
 			Version: evil, LastError: evil, LastNack: &Nack{Version: evil, Error: evil, At: time.Now()}}}
 	})
 	for range 20 {
-		f.call(d("k"+evil+"=v"+evil))
+		f.call(d("k" + evil + "=v" + evil))
 	}
 	a.sampleHistory(time.Now())
 	a.Mark(MarkMembership, evil)
