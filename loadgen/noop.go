@@ -106,11 +106,10 @@ var _ rlsv3.RateLimitServiceServer = (*noopService)(nil)
 const noopSharedStatuses = 256
 
 // noopStatus is the answer to each descriptor: the fields and sizes of
-// sharelimit's answer to docs/bench/bench.yaml's rules.
+// sharelimit's answer to docs/bench/bench.yaml's rules (which have no name).
 var noopStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
 	Code: rlsv3.RateLimitResponse_OK,
 	CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
-		Name:            "bench.generic_key",
 		RequestsPerUnit: 1_000_000_000,
 		Unit:            rlsv3.RateLimitResponse_RateLimit_SECOND,
 	},

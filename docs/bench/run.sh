@@ -81,17 +81,23 @@ done
 
 echo "## 1M live buckets vs 1 key"
 # Domain bench-hold refills 100 a day: every key drawn from keeps a live,
-# non-full bucket, never swept. The warm-up creates all 1M.
+# non-full bucket, never swept. The warm-up creates all 1M; the count is the
+# gauge's rise over it (other domains' buckets are live too). Each measured run
+# walks the keys from the first again, touching ~150k of the 1M; the store's
+# tables hold all 1M either way, spread over memory by the key hash. The 1-key
+# side is domain bench's generic_key rule (the bench-hold rule would refuse a
+# single key after 100): both sides answer OK.
+LIVE0=$(curl -s "$ADMIN/metrics" | awk '/^sharelimit_buckets / {printf "%d", $2}')
 "$BIN" bench --target "$SL" --concurrency 16 --conns 2 --shape remote_address --cardinality 1000000 \
 	--requests 1000000 --warmup 0 --domain bench-hold --progress=false >/dev/null
-LIVE=$(curl -s "$ADMIN/metrics" | awk '/^sharelimit_buckets / {printf "%d", $2}')
+LIVE=$(($(curl -s "$ADMIN/metrics" | awk '/^sharelimit_buckets / {printf "%d", $2}') - LIVE0))
 for _ in $(seq "$ROUNDS"); do
 	one key1 --shape generic_key --cardinality 1 --domain bench
 	one live1m --shape remote_address --cardinality 1000000 --domain bench-hold
 done
-LIVE_AFTER=$(curl -s "$ADMIN/metrics" | awk '/^sharelimit_buckets / {printf "%d", $2}')
+LIVE_AFTER=$(($(curl -s "$ADMIN/metrics" | awk '/^sharelimit_buckets / {printf "%d", $2}') - LIVE0))
 RSS=$(curl -s "$ADMIN/metrics" | awk '/^process_resident_memory_bytes / {printf "%d", $2 / 1048576}')
-echo "live buckets: $LIVE after the warm-up, $LIVE_AFTER after the runs; RSS $RSS MiB"
+echo "bench-hold buckets: $LIVE after the warm-up, $LIVE_AFTER after the runs; RSS $RSS MiB"
 
 echo "## heap allocations per request, whole daemon (go_memstats_mallocs_total over 200k requests)"
 mallocs() { curl -s "$ADMIN/metrics" | awk '/^go_memstats_mallocs_total / {printf "%d", $2}'; }
@@ -100,7 +106,7 @@ for d in 1 10; do
 	"$BIN" bench --target "$SL" --concurrency 16 --requests 200000 --warmup 0 --descriptors "$d" \
 		--shape remote_address --cardinality 1000 --domain bench --progress=false >/dev/null
 	m1=$(mallocs)
-	echo "allocs$d $(((m1 - m0) / 200000))" | tee -a "$OUT/allocs.txt"
+	echo "allocs$d $(awk -v a="$m0" -v b="$m1" 'BEGIN {printf "%.1f", (b - a) / 200000}')" | tee -a "$OUT/allocs.txt"
 done
 
 echo "## engine benchmarks (one core, 3 runs)"
@@ -110,39 +116,44 @@ python3 - "$OUT" "$LIVE" <<'EOF'
 import json, statistics, sys, re
 out, live = sys.argv[1], int(float(sys.argv[2]))
 def load(n): return json.load(open(f"{out}/{n}.json"))
-def med(n, key="requests_per_second"):
-    return statistics.median(json.loads(l)[key] for l in open(f"{out}/{n}.jsonl") if l.strip())
-rows = []
+def lines(n): return [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.strip()]
+def med(n): return statistics.median(r["requests_per_second"] for r in lines(n))
+rows, errors = [], 0
 def row(what, got, target, ok, detail):
-    rows.append((what, got, target, "met" if ok else "MISSED", detail))
+    rows.append((what, got, target, {True: "met", False: "MISSED", None: ""}[ok], detail))
 def side(c, s, k): return c[s]["median"][k]
-for name, label in (("plain", "plain grpc-go no-op"), ("tuned", "tuned no-op")):
+def runs(c): return c["a"]["runs"] + c["b"]["runs"]
+def us(ns): return f"{ns / 1e3:.1f} us"
+for name in ("plain", "tuned", "mix", "pinned", "latency"):
+    errors += sum(r["errors"] + r["unknown"] for r in runs(load(name)))
+for name in ("desc1", "desc10", "key1", "live1m"):
+    errors += sum(r["errors"] + r["unknown"] for r in lines(name))
+# The issue's targets are against the plain floor; the tuned floor, on
+# sharelimit's own gRPC options, isolates the cost of deciding, and keeps the
+# earlier targets (>= 0.90x throughput, <= 1.15x CPU).
+for name, label, tt, ct in (("plain", "plain grpc-go no-op", 1.25, 0.75), ("tuned", "tuned no-op", 0.90, 1.15)):
     c = load(name)
     r = c["ratio_b_over_a"]
-    tp = r["requests_per_second"]; cpu = r.get("server_cpu_per_decision", float("nan"))
-    d = f'{side(c,"b","requests_per_second"):.0f} vs {side(c,"a","requests_per_second"):.0f} req/s; {side(c,"b","server_cpu_per_decision_ns")/1e3:.1f} vs {side(c,"a","server_cpu_per_decision_ns")/1e3:.1f} us CPU'
-    if name == "plain":
-        row(f"throughput vs {label}", f"{tp:.3f}x", ">= 1.25x", tp >= 1.25, d)
-        row(f"CPU per decision vs {label}", f"{cpu:.3f}x", "<= 0.75x", cpu <= 0.75, d)
-    else:
-        row(f"throughput vs {label}", f"{tp:.3f}x", "(reported)", True, d)
-        row(f"CPU per decision vs {label}", f"{cpu:.3f}x", "(reported)", True, d)
+    tp, cpu = r["requests_per_second"], r.get("server_cpu_per_decision", float("nan"))
+    d = f'{side(c,"b","requests_per_second"):.0f} vs {side(c,"a","requests_per_second"):.0f} req/s; {us(side(c,"b","server_cpu_per_decision_ns"))} vs {us(side(c,"a","server_cpu_per_decision_ns"))} CPU'
+    row(f"throughput vs {label}", f"{tp:.3f}x", f">= {tt}x", tp >= tt, d)
+    row(f"CPU per decision vs {label}", f"{cpu:.3f}x", f"<= {ct}x", cpu <= ct, d)
 c = load("mix")
-runs = c["b"]["runs"]; over = sum(r["over_limit"] for r in runs) / max(1, sum(r["requests"] for r in runs))
-row("realistic mix vs plain no-op: throughput", f'{c["ratio_b_over_a"]["requests_per_second"]:.3f}x', "(reported)", True,
-    f'{side(c,"b","requests_per_second"):.0f} req/s, {over:.1%} OVER_LIMIT; CPU {c["ratio_b_over_a"].get("server_cpu_per_decision", float("nan")):.3f}x')
+rs = c["b"]["runs"]; over = sum(r["over_limit"] for r in rs) / max(1, sum(r["requests"] for r in rs))
+row("realistic mix vs plain no-op: throughput", f'{c["ratio_b_over_a"]["requests_per_second"]:.3f}x', "", None,
+    f'{side(c,"b","requests_per_second"):.0f} req/s, {over:.1%} OVER_LIMIT; CPU per decision {c["ratio_b_over_a"].get("server_cpu_per_decision", float("nan")):.3f}x')
 c = load("pinned")
-row("throughput vs plain no-op, pinned apart", f'{c["ratio_b_over_a"]["requests_per_second"]:.3f}x', "(reported)", True,
-    f'{side(c,"b","requests_per_second"):.0f} vs {side(c,"a","requests_per_second"):.0f} req/s; CPU {c["ratio_b_over_a"].get("server_cpu_per_decision", float("nan")):.3f}x')
+row("throughput vs plain no-op, pinned apart", f'{c["ratio_b_over_a"]["requests_per_second"]:.3f}x', "", None,
+    f'{side(c,"b","requests_per_second"):.0f} vs {side(c,"a","requests_per_second"):.0f} req/s; CPU per decision {c["ratio_b_over_a"].get("server_cpu_per_decision", float("nan")):.3f}x')
 c = load("latency")
 p = c["ratio_b_over_a"]["p99"]
 row("p99 at half load vs plain no-op (pinned apart)", f"{p:.3f}x", "<= 1.2x", p <= 1.2,
-    f'{side(c,"b","p99_ns")/1e3:.0f} vs {side(c,"a","p99_ns")/1e3:.0f} us at {c["a"]["runs"][0]["rate"]:.0f}/s')
+    f'{us(side(c,"b","p99_ns"))} vs {us(side(c,"a","p99_ns"))} at {c["a"]["runs"][0]["rate"]:.0f}/s')
 r10 = med("desc10") / med("desc1")
 row("10 descriptors vs 1", f"{r10:.3f}x", ">= 0.75x", r10 >= 0.75, f'{med("desc10"):.0f} vs {med("desc1"):.0f} req/s (medians)')
 rl = med("live1m") / med("key1")
 row("1M live buckets vs 1 key", f"{rl:.3f}x", ">= 0.85x", rl >= 0.85 and live >= 1_000_000,
-    f'{med("live1m"):.0f} vs {med("key1"):.0f} req/s; {live} live buckets')
+    f'{med("live1m"):.0f} vs {med("key1"):.0f} req/s; {live} bench-hold buckets live')
 eng = {}
 for l in open(f"{out}/engine.txt"):
     m = re.match(r"Benchmark(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op.*?(\d+) allocs/op", l)
@@ -153,6 +164,7 @@ for name, target in (("DecideFixedRule/serial", 150), ("DecidePerValue100k", 300
         row(name, "-", f"<= {target} ns, 0 allocs", False, "did not run"); continue
     ns = statistics.median(x for x, _ in v); allocs = max(a for _, a in v)
     row(name, f"{ns:.1f} ns", f"<= {target} ns, 0 allocs", ns <= target and allocs == 0, f"median of {len(v)}; {allocs} allocs/op")
+row("failed calls in every run", str(errors), "0", errors == 0, "errors and unknown codes, all runs")
 print()
 print("| measure | reached | target | | detail |")
 print("|---|---|---|---|---|")
