@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/server"
 )
 
@@ -137,7 +136,7 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 			t.Errorf("/rlconfig rule %s.%s: service %q, want %q", r.Domain, r.Rule, r.Service, want)
 		}
 	}
-	metrics := getText(t, base+"/metrics")
+	metrics := testutil.GetText(t, base+"/metrics")
 	for _, line := range []string{
 		`sharelimit_membership_weight{service="svc-a"} 0.25`,
 		`sharelimit_membership_weight{service="svc-b"} 0.5`,
@@ -164,21 +163,7 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 
 func getJSON(t *testing.T, url string, out any) {
 	t.Helper()
-	if err := json.Unmarshal([]byte(getText(t, url)), out); err != nil {
+	if err := json.Unmarshal([]byte(testutil.GetText(t, url)), out); err != nil {
 		t.Fatalf("%s: %v", url, err)
 	}
-}
-
-func getText(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s: %d %v", url, resp.StatusCode, err)
-	}
-	return string(b)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/server"
 )
 
@@ -186,7 +186,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	// Every rule has one, the unlimited one too: as many as /rlconfig has.
 	var c server.Config
-	if err := json.Unmarshal([]byte(get(t, origin+"/rlconfig?format=json")), &c); err != nil {
+	if err := json.Unmarshal([]byte(testutil.GetText(t, origin+"/rlconfig?format=json")), &c); err != nil {
 		t.Fatal(err)
 	}
 	var want []string
@@ -256,18 +256,4 @@ func traffic(t *testing.T, r *rls, config string, d time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
-	}
-	return string(b)
 }

@@ -197,27 +197,20 @@ func (d *decoder) decodeDescriptor(b []byte, desc *commonv3.RateLimitDescriptor)
 			entries++
 			b = b[n:]
 		case num == descLimit && typ == protowire.BytesType:
-			m, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return errTruncated
-			}
 			if desc.Limit == nil {
 				desc.Limit = new(commonv3.RateLimitDescriptor_RateLimitOverride)
 			}
-			// Rare: the protobuf runtime, merging as it does.
-			if err := (proto.UnmarshalOptions{Merge: true, DiscardUnknown: true}).Unmarshal(m, desc.Limit); err != nil {
+			n, err := merge(b, desc.Limit)
+			if err != nil {
 				return err
 			}
 			b = b[n:]
 		case num == descHitsAddend && typ == protowire.BytesType:
-			m, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return errTruncated
-			}
 			if desc.HitsAddend == nil {
 				desc.HitsAddend = new(wrapperspb.UInt64Value)
 			}
-			if err := (proto.UnmarshalOptions{Merge: true, DiscardUnknown: true}).Unmarshal(m, desc.HitsAddend); err != nil {
+			n, err := merge(b, desc.HitsAddend)
+			if err != nil {
 				return err
 			}
 			b = b[n:]
@@ -272,6 +265,17 @@ func (d *decoder) decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) e
 		b = b[n:]
 	}
 	return nil
+}
+
+// merge reads a length-delimited message field at the start of b into m, by
+// the protobuf runtime, merging as it does (the fields given this way are
+// rare), and returns the bytes it read.
+func merge(b []byte, m proto.Message) (int, error) {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return 0, errTruncated
+	}
+	return n, proto.UnmarshalOptions{Merge: true, DiscardUnknown: true}.Unmarshal(v, m)
 }
 
 // count is how many descriptors and entries b holds, read from the tags alone;
