@@ -51,6 +51,13 @@ func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(NewCodec(
 // Name is the content subtype the codec serves: the protobuf one.
 func (c *Codec) Name() string { return "proto" }
 
+// poolFrom is the smallest answer written into a pooled buffer, measured
+// (BenchmarkCodecMarshal): one descriptor's answer, about 40 bytes, took 375
+// ns through the pool and 142 allocated; ten descriptors' (about 400 bytes)
+// 640 ns through the pool and 820 allocated. grpc-go's own codec pools from
+// 1 KiB.
+const poolFrom = 256
+
 // Marshal writes an answer into a pooled buffer, or hands any other message to
 // the fallback.
 func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -59,6 +66,12 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.fallback.Marshal(v)
 	}
 	n := ResponseSize(resp)
+	if n < poolFrom {
+		// A small answer costs less to allocate than to take from the
+		// pool and give back.
+		out := AppendResponse(make([]byte, 0, n), resp)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	}
 	buf := c.pool.Get(n)
 	out := AppendResponse((*buf)[:0], resp)
 	if len(out) != n {

@@ -61,3 +61,25 @@ func TestWritableMeansSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestCodecMarshalBothPaths: small answers are allocated, larger ones pooled
+// (poolFrom); both carry proto.Marshal's bytes.
+func TestCodecMarshalBothPaths(t *testing.T) {
+	c := NewCodec()
+	for _, n := range []int{1, 40} {
+		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}
+		for range n {
+			resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+				CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "edge.remote_address", RequestsPerUnit: 7}})
+		}
+		want, _ := proto.Marshal(resp)
+		if small := len(want) < poolFrom; small != (n == 1) {
+			t.Fatalf("%d statuses: %d bytes, not on the path meant", n, len(want))
+		}
+		data, err := c.Marshal(resp)
+		if err != nil || !bytes.Equal(data.Materialize(), want) {
+			t.Fatalf("%d statuses: %x, %v; want %x", n, data.Materialize(), err, want)
+		}
+		data.Free()
+	}
+}
