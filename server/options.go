@@ -48,7 +48,8 @@ func GRPCOptions() []grpc.ServerOption {
 // small and is copied larger several times over a handler as deep as gRPC's:
 // with a worker per P (grpc-go's suggestion) and 16 requests in flight, stack
 // copying was 12% of the daemon's CPU. A worker keeps its grown stack, so the
-// pool covers the requests in flight of a busy node: 256 measured 1.04–1.13×
-// the throughput of 64 and 64 1.04× that of GOMAXPROCS (docs/BENCHMARKS.md). An
-// idle worker costs its stack, which the garbage collector shrinks.
+// pool covers the requests in flight of a busy node. In single same-run A/Bs
+// (docs/BENCHMARKS.md), 64 workers measured 1.04× the throughput of
+// GOMAXPROCS and 0.90× its CPU per decision, and 256 1.13× and 0.93× those of
+// 64. An idle worker costs its stack, which the garbage collector shrinks.
 func streamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 256)) }
