@@ -134,14 +134,11 @@ func decodeRequest(blk *block, b []byte, alias bool, req *rlsv3.RateLimitRequest
 		b = b[n:]
 		switch {
 		case num == reqDomain && typ == protowire.BytesType:
-			s, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return errTruncated
+			s, n, err := d.stringField(b)
+			if err != nil {
+				return err
 			}
-			if !utf8.Valid(s) {
-				return errUTF8
-			}
-			req.Domain = d.str(s)
+			req.Domain = s
 			b = b[n:]
 		case num == reqDescriptors && typ == protowire.BytesType:
 			m, n := protowire.ConsumeBytes(b)
@@ -165,9 +162,9 @@ func decodeRequest(blk *block, b []byte, alias bool, req *rlsv3.RateLimitRequest
 			req.HitsAddend = uint32(v)
 			b = b[n:]
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return errTruncated
+			n, err := skipField(num, typ, b)
+			if err != nil {
+				return err
 			}
 			b = b[n:]
 		}
@@ -222,9 +219,9 @@ func (d *decoder) decodeDescriptor(b []byte, desc *commonv3.RateLimitDescriptor)
 			desc.IsNegativeHits = v != 0
 			b = b[n:]
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return errTruncated
+			n, err := skipField(num, typ, b)
+			if err != nil {
+				return err
 			}
 			b = b[n:]
 		}
@@ -242,29 +239,45 @@ func (d *decoder) decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry) e
 			return errTruncated
 		}
 		b = b[n:]
-		if (num == entryKey || num == entryValue) && typ == protowire.BytesType {
-			s, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return errTruncated
-			}
-			if !utf8.Valid(s) {
-				return errUTF8
-			}
-			if num == entryKey {
-				e.Key = d.str(s)
-			} else {
-				e.Value = d.str(s)
-			}
-			b = b[n:]
-			continue
+		var err error
+		switch {
+		case num == entryKey && typ == protowire.BytesType:
+			e.Key, n, err = d.stringField(b)
+		case num == entryValue && typ == protowire.BytesType:
+			e.Value, n, err = d.stringField(b)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return errTruncated
+		if err != nil {
+			return err
 		}
 		b = b[n:]
 	}
 	return nil
+}
+
+// stringField reads a string field's value at the start of b, which must be
+// UTF-8 as proto.Unmarshal requires, and returns the bytes it read.
+func (d *decoder) stringField(b []byte) (string, int, error) {
+	s, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return "", 0, errTruncated
+	}
+	if !utf8.Valid(s) {
+		return "", 0, errUTF8
+	}
+	return d.str(s), n, nil
+}
+
+// skipField reads past a field's value (one not decoded here, or of the
+// wrong wire type: proto.Unmarshal keeps those as unknown) and returns the
+// bytes it read.
+func skipField(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	n := protowire.ConsumeFieldValue(num, typ, b)
+	if n < 0 {
+		return 0, errTruncated
+	}
+	return n, nil
 }
 
 // merge reads a length-delimited message field at the start of b into m, by
