@@ -32,6 +32,10 @@ type Config struct {
 	// empty means none.
 	DebugAddr string
 
+	// GRPCTransport serves the gRPC listener: TransportDirect or
+	// TransportGRPCGo.
+	GRPCTransport string
+
 	GRPCTLSCert      string
 	GRPCTLSKey       string
 	GRPCTLSClientCA  string
@@ -147,6 +151,15 @@ type Config struct {
 	Notices []Notice
 }
 
+// The values of GRPCTransport.
+const (
+	// TransportDirect answers ShouldRateLimit on the daemon's own HTTP/2
+	// transport and relays every other call to grpc-go (package server/h2).
+	TransportDirect = "direct"
+	// TransportGRPCGo serves every call with grpc-go.
+	TransportGRPCGo = "grpc-go"
+)
+
 // The values of ShareMode.
 const (
 	ShareCluster = "cluster"
@@ -238,6 +251,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen address (host:port, or unix:/path)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address: /healthcheck, /json, /rlconfig, /metrics, /debug/pprof/")
+	fs.StringVar(&c.GRPCTransport, "grpc-transport", TransportDirect, "how the gRPC listener is served: direct (ShouldRateLimit on sharelimit's own HTTP/2 transport, other calls through grpc-go) or grpc-go (every call through grpc-go)")
 	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "allow listening on non-loopback addresses (logged as a warning)")
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate for gRPC TLS (with --grpc-tls-key)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", "", "PEM private key for gRPC TLS")

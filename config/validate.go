@@ -27,6 +27,9 @@ func (c *Config) Validate() error {
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
+	if c.GRPCTransport != TransportDirect && c.GRPCTransport != TransportGRPCGo {
+		bad("grpc-transport", "must be %s or %s, got %q", TransportDirect, TransportGRPCGo, c.GRPCTransport)
+	}
 	listeners := []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}}
 	if c.DebugAddr != "" {
 		listeners = append(listeners, struct{ flag, addr string }{"debug-addr", c.DebugAddr})

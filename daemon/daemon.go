@@ -52,7 +52,7 @@ type Daemon struct {
 	admin   *server.Admin
 	health  *health.Server
 	streams *server.StreamCloser
-	grpc    *grpc.Server
+	grpc    server.GRPC
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
@@ -149,7 +149,15 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	}
 	d.health = server.NewHealth()
 	d.streams = server.NewStreamCloser()
-	d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
+	var err error
+	if d.grpc, err = server.NewGRPC(svc, d.health, tlsConfig, cfg.GRPCTransport == config.TransportDirect, log.With("component", "grpc"), d.streams.ServerOption()); err != nil {
+		d.grpcLis.Close()
+		d.httpLis.Close()
+		if d.debugLis != nil {
+			d.debugLis.Close()
+		}
+		return nil, err
+	}
 	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
 	d.admin.SetVersion(version)
 	// Ready unless health waits for a config with a domain in it (upstream's

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/server/h2"
 )
 
 // HealthServices are the names the gRPC health service answers for: the whole
@@ -49,6 +52,27 @@ func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig
 	healthpb.RegisterHealthServer(gs, h)
 	reflection.Register(gs)
 	return gs
+}
+
+// GRPC serves the gRPC listener: a *grpc.Server, or an *h2.Server in front
+// of one.
+type GRPC interface {
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// NewGRPC builds what serves the gRPC listener. With direct, ShouldRateLimit
+// is answered on package h2's transport, and every other call (health,
+// reflection) goes to a grpc-go server built by NewGRPCServer; otherwise that
+// grpc-go server serves everything. extra is as for NewGRPCServer.
+func NewGRPC(svc *Service, h *health.Server, tlsConfig *tls.Config, direct bool, log *slog.Logger, extra ...grpc.ServerOption) (GRPC, error) {
+	if !direct {
+		return NewGRPCServer(svc, h, tlsConfig, extra...), nil
+	}
+	// The grpc-go server is reached in-process only: TLS, when asked for,
+	// is on the connections h2 accepts.
+	return h2.New(svc, NewGRPCServer(svc, h, nil, extra...), tlsConfig, log)
 }
 
 // StreamCloser ends the streams clients hold open indefinitely, so that a

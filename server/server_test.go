@@ -63,7 +63,10 @@ func newFixtureSet(t *testing.T, opts Options, weight float64, set *descriptors.
 	}
 	f.svc = NewService(f.engine, func() int64 { return f.now }, f.metrics, opts, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h := NewHealth()
-	gs := NewGRPCServer(f.svc, h, nil)
+	gs, err := NewGRPC(f.svc, h, nil, true, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -58,13 +58,33 @@ func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics
 	return s
 }
 
-// ShouldRateLimit implements Envoy's RateLimitService.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+// ShouldRateLimit implements Envoy's RateLimitService: Answer, then, under a
+// wait policy, the wait, which ends early with ctx.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, wait, err := s.Answer(req)
+	if err != nil || wait <= 0 {
+		return resp, err
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return resp, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// Answer decides req without blocking. When a rule's policy is wait, the
+// answer is to be sent only after wait: the tokens it reserved exist then.
+// Its errors are gRPC statuses; a panic is recovered, counted and answered
+// Internal.
+func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, wait time.Duration, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.metrics.panics.Inc()
 			s.log.Error("recovered panic in ShouldRateLimit", "panic", p, "domain", req.GetDomain())
-			resp, err = nil, status.Error(codes.Internal, "internal error (recovered; counted in sharelimit_panics_total)")
+			resp, wait, err = nil, 0, status.Error(codes.Internal, "internal error (recovered; counted in sharelimit_panics_total)")
 		}
 	}()
 	start := time.Now()
@@ -75,9 +95,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err != nil {
 		if errors.Is(err, descriptors.ErrInvalidRequest) {
 			s.metrics.invalid.Inc()
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, 0, status.Error(codes.InvalidArgument, err.Error())
 		}
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, 0, status.Error(codes.Internal, err.Error())
 	}
 	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts)
 	if s.opts.ShadowMode {
@@ -88,17 +108,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.DynamicMetadata = dynamicMetadata(req, sts, bound)
 	}
 	s.metrics.observe(time.Since(start))
-	if wait := maxWait(sts); wait > 0 {
+	if wait = maxWait(sts); wait > 0 {
 		s.metrics.waits.Inc()
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
 	}
-	return resp, nil
+	return resp, wait, nil
 }
 
 func maxWait(sts []descriptors.Status) time.Duration {

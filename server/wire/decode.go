@@ -96,9 +96,14 @@ const inlineBytes = 128
 // proto.Unmarshal: fields in any order, a repeated scalar's last value wins, a
 // message field given twice is merged, known fields of the wrong wire type and
 // unknown fields are skipped (not kept), and strings must be UTF-8. req's
-// strings are copies: b may change afterwards.
+// strings never point into b: b may change afterwards. A short request is
+// copied into the one block the decoded request lives in.
 func DecodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	return decodeRequest(new(block), b, false, req)
+	blk := new(block)
+	if len(b) <= len(blk.raw) {
+		return decodeRequest(blk, blk.raw[:copy(blk.raw[:], b)], true, req)
+	}
+	return decodeRequest(blk, b, false, req)
 }
 
 // presizeMax bounds the slabs sized from count: a request's tags are not yet
