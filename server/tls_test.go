@@ -9,6 +9,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -61,14 +63,34 @@ func newPKI(t *testing.T) pki {
 	return p
 }
 
-func TestMutualTLS(t *testing.T) {
+// transports runs test on both gRPC transports.
+func transports(t *testing.T, test func(t *testing.T, direct bool)) {
+	for _, direct := range []bool{true, false} {
+		name := map[bool]string{true: "direct", false: "grpc-go"}[direct]
+		t.Run(name, func(t *testing.T) { test(t, direct) })
+	}
+}
+
+// newGRPC builds the gRPC server on the transport asked for.
+func newGRPC(t *testing.T, svc *Service, cfg *tls.Config, direct bool) GRPC {
+	t.Helper()
+	gs, err := NewGRPC(svc, NewHealth(), cfg, direct, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+func TestMutualTLS(t *testing.T) { transports(t, testMutualTLS) }
+
+func testMutualTLS(t *testing.T, direct bool) {
 	p := newPKI(t)
 	cfg, err := TLSConfig(p.srvCert, p.srvKey, p.caCert, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := newFixture(t, Options{}, 1)
-	gs := NewGRPCServer(f.svc, NewHealth(), cfg)
+	gs := newGRPC(t, f.svc, cfg, direct)
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	go gs.Serve(lis)
 	defer gs.Stop()
@@ -106,7 +128,9 @@ func TestMutualTLS(t *testing.T) {
 // TestClientSAN: with a client SAN to check, as upstream's
 // GRPC_CLIENT_TLS_SAN, a client certificate from the right CA is served only
 // when it names that SAN.
-func TestClientSAN(t *testing.T) {
+func TestClientSAN(t *testing.T) { transports(t, testClientSAN) }
+
+func testClientSAN(t *testing.T, direct bool) {
 	p := newPKI(t)
 	roots := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(p.caCert)
@@ -122,7 +146,7 @@ func TestClientSAN(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gs := NewGRPCServer(f.svc, NewHealth(), cfg)
+		gs := newGRPC(t, f.svc, cfg, direct)
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
 		go gs.Serve(lis)
 		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}})))
@@ -143,7 +167,9 @@ func TestClientSAN(t *testing.T) {
 	}
 }
 
-func TestUnixSocket(t *testing.T) {
+func TestUnixSocket(t *testing.T) { transports(t, testUnixSocket) }
+
+func testUnixSocket(t *testing.T, direct bool) {
 	path := filepath.Join(t.TempDir(), "rls.sock")
 	lis, err := Listen("unix:" + path)
 	if err != nil {
@@ -154,7 +180,7 @@ func TestUnixSocket(t *testing.T) {
 		t.Fatalf("socket mode %v %v", fi.Mode(), err)
 	}
 	f := newFixture(t, Options{}, 1)
-	gs := NewGRPCServer(f.svc, NewHealth(), nil)
+	gs := newGRPC(t, f.svc, nil, direct)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
