@@ -31,7 +31,8 @@ func dial(ctx context.Context, cfg *Config, keys *keySpace) ([]*grpc.ClientConn,
 	names := make([]string, 0, cap(conns))
 	for range cfg.Conns {
 		for _, t := range cfg.Targets {
-			cc, err := grpc.NewClient(grpcTarget(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			cc, err := grpc.NewClient(grpcTarget(t), grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newClientCodec())))
 			if err != nil {
 				closeConns(conns)
 				return nil, fmt.Errorf("dial %s: %w", t, err)

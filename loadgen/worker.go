@@ -19,7 +19,8 @@ const numCodes = int(codes.Unauthenticated) + 1
 type worker struct {
 	conn  *grpc.ClientConn
 	b     *requestBuilder
-	resp  *rlsv3.RateLimitResponse
+	req   wireRequest // the request, encoded into a reused buffer
+	ans   answer
 	timer *time.Timer
 	hist  Histogram
 
@@ -32,7 +33,7 @@ type worker struct {
 func newWorker(conn *grpc.ClientConn, b *requestBuilder) *worker {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &worker{conn: conn, b: b, resp: &rlsv3.RateLimitResponse{}, timer: t}
+	return &worker{conn: conn, b: b, timer: t}
 }
 
 func (w *worker) reset() {
@@ -106,15 +107,12 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) bool {
 // worker must stop: the caller's context ended (the call is not counted) or the
 // window's grace ran out (it is counted as an error).
 func (w *worker) call(ctx, callCtx context.Context, p *phase, seq uint64, from time.Time) bool {
-	req := w.b.build(seq)
-	// A codec that merges instead of replacing (vtproto's UnmarshalVT does) would
-	// otherwise grow the reused response.
-	w.resp.Reset()
+	w.req.b = appendRequest(w.req.b[:0], w.b.build(seq))
 	cctx, cancel := callCtx, context.CancelFunc(nil)
 	if p.timeout > 0 {
 		cctx, cancel = context.WithTimeout(callCtx, p.timeout)
 	}
-	err := w.conn.Invoke(cctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, w.resp)
+	err := w.conn.Invoke(cctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &w.req, &w.ans)
 	if cancel != nil {
 		cancel()
 	}
@@ -131,7 +129,7 @@ func (w *worker) call(ctx, callCtx context.Context, p *phase, seq uint64, from t
 		return callCtx.Err() == nil
 	}
 	w.hist.Record(time.Since(from))
-	switch w.resp.GetOverallCode() {
+	switch w.ans.code {
 	case rlsv3.RateLimitResponse_OK:
 		w.ok.Add(1)
 	case rlsv3.RateLimitResponse_OVER_LIMIT:
