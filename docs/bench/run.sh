@@ -30,12 +30,17 @@ PLAIN_PID=$!
 TUNED_PID=$!
 "$BIN" serve --config-dir docs/bench --grpc-addr "$SL" --http-addr "$ADMIN" --log-level warn --max-buckets 2000000 &
 SL_PID=$!
-trap 'kill $PLAIN_PID $TUNED_PID $SL_PID 2>/dev/null; wait 2>/dev/null' EXIT
+# The same daemon on grpc-go's transport (--grpc-transport grpc-go), for the
+# before/after of the direct transport.
+GG=127.0.0.1:19098
+"$BIN" serve --config-dir docs/bench --grpc-addr "$GG" --http-addr 127.0.0.1:19099 --log-level warn --grpc-transport grpc-go &
+GG_PID=$!
+trap 'kill $PLAIN_PID $TUNED_PID $SL_PID $GG_PID 2>/dev/null; wait 2>/dev/null' EXIT
 sleep 1
 # Every server takes 10 s of load before anything is measured: the first
 # seconds of a process (stacks, pools and the GC's pace growing) are not
 # what a node's long-running daemon shows.
-for t in "$PLAIN" "$TUNED" "$SL"; do
+for t in "$PLAIN" "$TUNED" "$SL" "$GG"; do
 	"$BIN" bench --target "$t" --concurrency 16 --conns 2 --duration 10s --warmup 0 --domain bench --progress=false >/dev/null
 done
 
@@ -60,6 +65,11 @@ one() {
 echo "## throughput and CPU per decision: 1 descriptor, closed loop, 16 workers over 2 connections"
 cmp plain "$PLAIN" "$PLAIN_PID" plain --concurrency 16 --conns 2 --domain bench
 cmp tuned "$TUNED" "$TUNED_PID" tuned --concurrency 16 --conns 2 --domain bench
+
+echo "## the direct transport against grpc-go's, same daemon: 1 descriptor, then 10"
+cmp transport1 "$GG" "$GG_PID" grpc-go --concurrency 16 --conns 2 --domain bench
+cmp transport10 "$GG" "$GG_PID" grpc-go --concurrency 16 --conns 2 --domain bench --descriptors 10 --shape remote_address --cardinality 1000
+kill "$GG_PID"
 
 echo "## realistic mix (3-4 descriptors, wildcard, 100k per-IP keys, ~10% OVER_LIMIT) against the plain floor"
 cmp mix "$PLAIN" "$PLAIN_PID" plain --concurrency 16 --conns 2 --shape mix --cardinality 100000 --domain bench-mix
@@ -145,7 +155,7 @@ def row(what, got, target, ok, detail):
 def side(c, s, k): return c[s]["median"][k]
 def runs(c): return c["a"]["runs"] + c["b"]["runs"]
 def us(ns): return f"{ns / 1e3:.1f} us"
-for name in ("plain", "tuned", "mix", "pinned", "latency"):
+for name in ("plain", "tuned", "transport1", "transport10", "mix", "pinned", "latency"):
     errors += sum(r["errors"] + r["unknown"] for r in runs(load(name)))
 for name in ("desc1", "desc10", "key1", "live1m"):
     errors += sum(r["errors"] + r["unknown"] for r in lines(name))
@@ -159,6 +169,10 @@ for name, label, tt, ct in (("plain", "plain grpc-go no-op", 1.25, 0.75), ("tune
     d = f'{side(c,"b","requests_per_second"):.0f} vs {side(c,"a","requests_per_second"):.0f} req/s; {us(side(c,"b","server_cpu_per_decision_ns"))} vs {us(side(c,"a","server_cpu_per_decision_ns"))} CPU'
     row(f"throughput vs {label}", f"{tp:.3f}x", f">= {tt}x", tp >= tt, d)
     row(f"CPU per decision vs {label}", f"{cpu:.3f}x", f"<= {ct}x", cpu <= ct, d)
+for name, what in (("transport1", "1 descriptor"), ("transport10", "10 descriptors")):
+    c = load(name); r = c["ratio_b_over_a"]
+    row(f"direct transport vs grpc-go's, {what}", f'{r["requests_per_second"]:.3f}x', "", None,
+        f'throughput; CPU per decision {r.get("server_cpu_per_decision", float("nan")):.3f}x ({us(side(c,"b","server_cpu_per_decision_ns"))} vs {us(side(c,"a","server_cpu_per_decision_ns"))})')
 c = load("mix")
 rs = c["b"]["runs"]; over = sum(r["over_limit"] for r in rs) / max(1, sum(r["requests"] for r in rs))
 row("realistic mix vs plain no-op: throughput", f'{c["ratio_b_over_a"]["requests_per_second"]:.3f}x', "", None,
@@ -171,7 +185,8 @@ p = c["ratio_b_over_a"]["p99"]
 row("p99 at half load vs plain no-op (pinned apart)", f"{p:.3f}x", "<= 1.2x", p <= 1.2,
     f'{us(side(c,"b","p99_ns"))} vs {us(side(c,"a","p99_ns"))} at {c["a"]["runs"][0]["rate"]:.0f}/s')
 r10 = med("desc10") / med("desc1")
-row("10 descriptors vs 1", f"{r10:.3f}x", ">= 0.75x", r10 >= 0.75, f'{med("desc10"):.0f} vs {med("desc1"):.0f} req/s (medians)')
+def cpu(n): return statistics.median(r["server_cpu"]["per_decision_ns"] for r in lines(n))
+row("10 descriptors vs 1", f"{r10:.3f}x", ">= 0.75x", r10 >= 0.75, f'{med("desc10"):.0f} vs {med("desc1"):.0f} req/s (medians); the daemon\'s CPU per call {us(cpu("desc10"))} vs {us(cpu("desc1"))}')
 rl = med("live1m") / med("key1")
 row("1M live buckets vs 1 key", f"{rl:.3f}x", ">= 0.85x", rl >= 0.85 and live >= 1_000_000,
     f'{med("live1m"):.0f} vs {med("key1"):.0f} req/s; {live} bench-hold buckets live')

@@ -922,7 +922,7 @@ func (c *conn) flush() error {
 	if len(buf) > 0 {
 		_, err = c.nc.Write(buf)
 	}
-	if cap(buf) <= 1<<20 {
+	if cap(buf) <= 256<<10 {
 		c.wmu.Lock()
 		c.spare = buf[:0]
 		c.wmu.Unlock()
