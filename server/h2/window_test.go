@@ -46,12 +46,16 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *rawClient {
 	return c
 }
 
-// call opens stream id with a ShouldRateLimit request.
-func (c *rawClient) call(id uint32, req *rlsv3.RateLimitRequest) {
+// call opens stream id with a ShouldRateLimit request, and extra header
+// fields (name, value, ...).
+func (c *rawClient) call(id uint32, req *rlsv3.RateLimitRequest, extra ...string) {
 	c.t.Helper()
 	c.hbuf.Reset()
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", h2.Path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		c.henc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		c.henc.WriteField(hpack.HeaderField{Name: extra[i], Value: extra[i+1]})
 	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
 		c.t.Fatal(err)
@@ -115,4 +119,30 @@ func headerValue(f *http2.MetaHeadersFrame, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestServerEndsACallAtItsDeadline: a call held back by a wait policy past
+// its grpc-timeout is ended by the server with DEADLINE_EXCEEDED at the
+// deadline, not answered when the wait is over.
+func TestServerEndsACallAtItsDeadline(t *testing.T) {
+	d := start(t, true, server.Options{})
+	c := dialRaw(t, d.addr)
+	slow := &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*commonv3.RateLimitDescriptor{desc("slow=a")}}
+	c.call(1, slow) // empties the bucket of 1
+	c.call(3, slow, "grpc-timeout", "10m")
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, ok := f.(*http2.MetaHeadersFrame); ok && f.StreamID == 3 && f.StreamEnded() {
+			if got := headerValue(f, "grpc-status"); got != "4" {
+				t.Fatalf("stream 3 ended with grpc-status %q (%v), want 4 (DEADLINE_EXCEEDED)", got, f.Fields)
+			}
+			return
+		}
+		if f, ok := f.(*http2.DataFrame); ok && f.StreamID == 3 {
+			t.Fatal("stream 3 answered past its deadline")
+		}
+	}
 }
