@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -71,8 +72,11 @@ func NewGRPC(svc *Service, h *health.Server, tlsConfig *tls.Config, direct bool,
 		return NewGRPCServer(svc, h, tlsConfig, extra...), nil
 	}
 	// The grpc-go server is reached in-process only: TLS, when asked for,
-	// is on the connections h2 accepts.
-	return h2.New(svc, NewGRPCServer(svc, h, nil, extra...), tlsConfig, log)
+	// is on the connections h2 accepts. Every client connection's relayed
+	// calls share its one in-process connection, so the stream limit is
+	// h2's, per client connection, and none is set here.
+	inner := append(extra[:len(extra):len(extra)], grpc.MaxConcurrentStreams(math.MaxUint32))
+	return h2.New(svc, NewGRPCServer(svc, h, nil, inner...), tlsConfig, log)
 }
 
 // StreamCloser ends the streams clients hold open indefinitely, so that a

@@ -43,7 +43,8 @@ var goAwayPing = [8]byte{'s', 'l', 'g', 'o', 'a', 'w', 'a', 'y'}
 // the fields marked reader-only; everything else is guarded by wmu.
 type conn struct {
 	s   *Server
-	nc  net.Conn
+	raw net.Conn // the accepted connection, for closing
+	nc  net.Conn // raw, or the TLS connection over it once the handshake is done
 	ctx context.Context // ends when the connection does
 	end context.CancelFunc
 	// goroutines counts what runs for this connection besides its reader:
@@ -75,10 +76,20 @@ type conn struct {
 	goingAway  bool                 // the first GOAWAY of a graceful stop is sent
 	goneAway   bool                 // the final GOAWAY is sent: no new streams
 	goAwayLast uint32
+	// ready is set once the handshake is done and this server's SETTINGS
+	// are written: nothing else is written before.
+	ready bool
+	// open counts the streams held against MaxConcurrentStreams: those in
+	// streams, and relayed calls whose goroutines have not yet ended.
+	open int
+	// pingStrikes counts PINGs that came too soon (pingInterval) after
+	// the last, with no request in between, as grpc-go's enforcement does.
+	pingStrikes int
+	lastPing    time.Time
 	// closedIDs are the streams closed last, and whether the client may
 	// still send on them: frames for a stream this server reset are
 	// ignored, as RFC 9113 says; others are errors.
-	closedIDs [64]closedID
+	closedIDs [256]closedID
 	closedAt  int
 }
 
@@ -109,7 +120,8 @@ type stream struct {
 	msg      []byte // the request so far, when it spans frames
 	pend     []byte // DATA payload waiting for the send window
 	trailers []byte // the trailer block, once the answer is complete
-	timeout  time.Duration
+	deadline time.Time   // the client's grpc-timeout, from when its headers arrived
+	timed    bool        // deadline is set
 	timer    *time.Timer // a wait policy's answer, or its deadline
 	cancel   context.CancelFunc
 	recvDone bool // the client ended its side
@@ -126,7 +138,7 @@ type stream struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
-		s: s, nc: nc,
+		s: s, raw: nc, nc: nc,
 		streams:   map[uint32]*stream{},
 		blocked:   map[*stream]struct{}{},
 		sendWin:   65535,
@@ -157,7 +169,7 @@ func (c *conn) serve() {
 	}()
 	if err := c.handshake(); err != nil {
 		if !errors.Is(err, io.EOF) {
-			c.s.log.Debug("connection refused before HTTP/2", "remote", c.nc.RemoteAddr().String(), "err", err)
+			c.s.log.Debug("connection refused before HTTP/2", "remote", c.raw.RemoteAddr().String(), "err", err)
 		}
 		return
 	}
@@ -209,6 +221,7 @@ func (c *conn) handshake() error {
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderList},
 	)
 	c.out = appendWindowUpdate(c.out, 0, connWindow-65535)
+	c.ready = true
 	c.wmu.Unlock()
 	return c.flush()
 }
@@ -223,7 +236,7 @@ func (c *conn) shut() {
 	}
 	c.windowed.Broadcast()
 	c.wmu.Unlock()
-	c.nc.Close()
+	c.raw.Close()
 }
 
 // fail sends a GOAWAY with code, best effort, before the connection closes.
@@ -290,7 +303,7 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.WindowUpdateFrame:
 		return c.windowUpdate(f)
 	case *http2.PingFrame:
-		c.ping(f)
+		return c.ping(f)
 	case *http2.RSTStreamFrame:
 		c.wmu.Lock()
 		defer c.wmu.Unlock()
@@ -319,6 +332,15 @@ func (c *conn) handle(f http2.Frame) error {
 	return nil
 }
 
+// reset refuses or resets a stream that holds no state: it is remembered
+// among the closed ones, and frames the client sent before it saw the reset
+// are ignored. Called with wmu held.
+func (c *conn) reset(id uint32, code http2.ErrCode) {
+	c.out = appendRSTStream(c.out, id, code)
+	c.closedIDs[c.closedAt] = closedID{id, true}
+	c.closedAt = (c.closedAt + 1) % len(c.closedIDs)
+}
+
 // streamError resets the stream a Framer found at fault.
 func (c *conn) streamError(se http2.StreamError) {
 	c.wmu.Lock()
@@ -342,7 +364,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	defer c.wmu.Unlock()
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		c.lastStream = max(c.lastStream, id)
-		c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
+		c.reset(id, http2.ErrCodeProtocol)
 		return nil
 	}
 	if id <= c.lastStream {
@@ -360,12 +382,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return c.trailersIn(st, f)
 	}
 	c.lastStream = id
-	if c.goneAway || c.closed {
-		c.out = appendRSTStream(c.out, id, http2.ErrCodeRefusedStream)
-		return nil
-	}
-	if len(c.streams) >= MaxConcurrentStreams {
-		c.out = appendRSTStream(c.out, id, http2.ErrCodeRefusedStream)
+	c.pingStrikes = 0
+	if c.goneAway || c.closed || c.open >= MaxConcurrentStreams {
+		c.reset(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
 	var path, method, scheme, contentType, timeout, encoding string
@@ -374,11 +393,11 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 			// Connection-specific: malformed in HTTP/2 (RFC 9113, 8.2.2).
-			c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
+			c.reset(id, http2.ErrCodeProtocol)
 			return nil
 		case "te":
 			if hf.Value != "trailers" {
-				c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
+				c.reset(id, http2.ErrCodeProtocol)
 				return nil
 			}
 		case ":scheme":
@@ -386,7 +405,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		case "content-length":
 			n, err := strconv.ParseUint(hf.Value, 10, 63)
 			if err != nil || (length >= 0 && int64(n) != length) {
-				c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
+				c.reset(id, http2.ErrCodeProtocol)
 				return nil
 			}
 			length = int64(n)
@@ -404,6 +423,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	st := &stream{id: id, sendWin: c.peerWin, recvWin: streamWindow, recvDone: f.StreamEnded(), length: length}
 	c.streams[id] = st
+	c.open++
 	switch {
 	case path == "" || method == "" || scheme == "" || (st.recvDone && length > 0):
 		c.drop(st)
@@ -430,13 +450,16 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if timeout != "" {
 		d, err := parseTimeout(timeout)
 		if err != nil {
-			c.finish(st, codes.Internal, "malformed grpc-timeout: "+err.Error())
+			// As grpc-go: HTTP 400 with the gRPC status.
+			st.sentHead = true
+			c.reply(st, appendStatusFields(appendNeverIndexed(appendNeverIndexed(nil, ":status", "400"), "content-type", "application/grpc"),
+				codes.Internal, "malformed grpc-timeout: "+err.Error()))
 			return nil
 		}
-		st.timeout = d
+		st.deadline, st.timed = time.Now().Add(d), true
 	}
 	if encoding != "" && encoding != "identity" {
-		c.finish(st, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported", encoding))
+		c.finish(st, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", encoding))
 		return nil
 	}
 	if path != Path {
@@ -444,7 +467,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	if st.recvDone {
-		c.finish(st, codes.Internal, "the request ended without a message")
+		c.finish(st, codes.Internal, errNoMessage)
 	}
 	return nil
 }
@@ -466,6 +489,8 @@ func (c *conn) trailersIn(st *stream, f *http2.MetaHeadersFrame) error {
 	}
 	return nil
 }
+
+const errNoMessage = "cardinality violation: received no request message from non-client-streaming RPC"
 
 // isGRPC reports whether a content-type is gRPC's: application/grpc, alone
 // or with a subtype.
@@ -506,7 +531,9 @@ func (c *conn) data(f *http2.DataFrame) error {
 		return nil
 	}
 	data := f.Data()
-	c.used(n - int64(len(data))) // padding
+	pad := n - int64(len(data))
+	c.used(pad)
+	st.credit += pad // given back to the stream window with its next update
 	st.got += int64(len(data))
 	if f.StreamEnded() {
 		st.recvDone = true
@@ -546,7 +573,8 @@ func (c *conn) request(st *stream, data []byte) {
 	st.held += int64(len(data))
 	if len(msg) >= 5 {
 		if msg[0] != 0 {
-			c.finish(st, codes.Unimplemented, "compressed requests are not supported")
+			// grpc-encoding, if any, was identity: checked with the headers.
+			c.finish(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
 			return
 		}
 		if l := binary.BigEndian.Uint32(msg[1:5]); l > maxRecvMsg {
@@ -557,8 +585,16 @@ func (c *conn) request(st *stream, data []byte) {
 	if !st.recvDone {
 		return
 	}
-	if len(msg) < 5 || len(msg) != 5+int(binary.BigEndian.Uint32(msg[1:5])) {
-		c.finish(st, codes.Internal, "the request is not one whole gRPC message")
+	// Unary: exactly one message. The errors read as grpc-go's.
+	switch {
+	case len(msg) == 0:
+		c.finish(st, codes.Internal, errNoMessage)
+		return
+	case len(msg) < 5 || len(msg) < 5+int(binary.BigEndian.Uint32(msg[1:5])):
+		c.finish(st, codes.Internal, "unexpected EOF")
+		return
+	case len(msg) > 5+int(binary.BigEndian.Uint32(msg[1:5])):
+		c.finish(st, codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
 		return
 	}
 	req := new(rlsv3.RateLimitRequest)
@@ -586,9 +622,11 @@ func (c *conn) request(st *stream, data []byte) {
 // answerLater holds an answer back for wait, or answers DeadlineExceeded at
 // the client's deadline if that comes first.
 func (c *conn) answerLater(st *stream, resp *rlsv3.RateLimitResponse, wait time.Duration) {
-	late := st.timeout > 0 && st.timeout < wait
-	if late {
-		wait = st.timeout
+	late := false
+	if st.timed {
+		if left := time.Until(st.deadline); left < wait {
+			late, wait = true, max(left, 0)
+		}
 	}
 	st.timer = time.AfterFunc(wait, func() {
 		c.wmu.Lock()
@@ -654,16 +692,29 @@ func (c *conn) headerFrame(id uint32, block []byte, end bool) {
 	if end {
 		flags |= http2.FlagHeadersEndStream
 	}
-	n := len(block)
 	if c.sizeUpdate {
-		n++
-	}
-	c.out = appendFrameHeader(c.out, n, http2.FrameHeaders, flags, id)
-	if c.sizeUpdate {
-		c.out = append(c.out, hpackTableSizeZero)
+		block = append([]byte{hpackTableSizeZero}, block...)
 		c.sizeUpdate = false
 	}
-	c.out = append(c.out, block...)
+	if len(block) <= c.peerFrame {
+		c.out = appendFrameHeader(c.out, len(block), http2.FrameHeaders, flags, id)
+		c.out = append(c.out, block...)
+		return
+	}
+	// A block larger than the peer's frames (a long status message) goes
+	// on in CONTINUATION frames.
+	c.out = appendFrameHeader(c.out, c.peerFrame, http2.FrameHeaders, flags&^http2.FlagHeadersEndHeaders, id)
+	c.out = append(c.out, block[:c.peerFrame]...)
+	for block = block[c.peerFrame:]; len(block) > 0; {
+		n := min(len(block), c.peerFrame)
+		var fl http2.Flags
+		if n == len(block) {
+			fl = http2.FlagContinuationEndHeaders
+		}
+		c.out = appendFrameHeader(c.out, n, http2.FrameContinuation, fl, id)
+		c.out = append(c.out, block[:n]...)
+		block = block[n:]
+	}
 }
 
 // finish ends a call with a status: in the trailers after what was sent,
@@ -720,6 +771,9 @@ func (c *conn) drop(st *stream) {
 	}
 	st.done = true
 	delete(c.streams, st.id)
+	if st.relay == nil {
+		c.open-- // a relayed call's count ends with its goroutines
+	}
 	c.closedIDs[c.closedAt] = closedID{st.id, !st.recvDone}
 	c.closedAt = (c.closedAt + 1) % len(c.closedIDs)
 	delete(c.blocked, st)
@@ -768,6 +822,9 @@ func (c *conn) pump(st *stream) {
 		st.pend = st.pend[n:]
 		c.sendWin -= n
 		st.sendWin -= n
+		if len(st.pend) <= relayPending {
+			c.windowed.Broadcast() // a relayed call's sender may go on
+		}
 	}
 	st.pend = nil
 	c.windowed.Broadcast()
@@ -852,16 +909,24 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 
 // ping answers a PING; the acknowledgement of a graceful stop's own PING sends
 // its final GOAWAY.
-func (c *conn) ping(f *http2.PingFrame) {
+func (c *conn) ping(f *http2.PingFrame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !f.IsAck() {
+		now := time.Now()
+		if !c.lastPing.IsZero() && now.Sub(c.lastPing) < pingInterval {
+			if c.pingStrikes++; c.pingStrikes > maxPingStrikes {
+				return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+			}
+		}
+		c.lastPing = now
 		c.out = appendPing(c.out, f.Data, true)
-		return
+		return nil
 	}
-	if f.Data == goAwayPing {
+	if f.Data == goAwayPing && c.goingAway {
 		c.finalGoAway()
 	}
+	return nil
 }
 
 // goAway begins a graceful stop: a GOAWAY that allows every stream, and a
@@ -872,6 +937,12 @@ func (c *conn) goAway() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.goingAway || c.closed {
+		return
+	}
+	if !c.ready {
+		// Still in the handshake: nothing may be written yet, and a
+		// client that has not begun has nothing in flight.
+		c.raw.Close()
 		return
 	}
 	c.goingAway = true
@@ -928,19 +999,19 @@ func (c *conn) flush() error {
 		c.wmu.Unlock()
 	}
 	if err != nil || closeAfter {
-		c.nc.Close()
+		c.raw.Close()
 	}
 	return err
 }
 
-// parseTimeout reads a grpc-timeout: up to eight digits and a unit.
+// parseTimeout reads a grpc-timeout: up to eight digits and a unit. Its
+// errors read as grpc-go's, which clients may already match on.
 func parseTimeout(s string) (time.Duration, error) {
-	if len(s) < 2 || len(s) > 9 {
-		return 0, fmt.Errorf("%q", s)
-	}
-	v, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q", s)
+	switch {
+	case len(s) < 2:
+		return 0, fmt.Errorf("transport: timeout string is too short: %q", s)
+	case len(s) > 9:
+		return 0, fmt.Errorf("transport: timeout string is too long: %q", s)
 	}
 	var unit time.Duration
 	switch s[len(s)-1] {
@@ -957,9 +1028,13 @@ func parseTimeout(s string) (time.Duration, error) {
 	case 'n':
 		unit = time.Nanosecond
 	default:
-		return 0, fmt.Errorf("%q: unknown unit", s)
+		return 0, fmt.Errorf("transport: timeout unit is not recognized: %q", s)
 	}
-	if v > int64(1<<63-1)/int64(unit) {
+	v, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if v > uint64(1<<63-1)/uint64(unit) {
 		return 1<<63 - 1, nil
 	}
 	return time.Duration(v) * unit, nil

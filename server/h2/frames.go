@@ -78,17 +78,9 @@ func appendStatusFields(b []byte, code codes.Code, msg string) []byte {
 	return b
 }
 
-// maxStatusMessage bounds a grpc-message, so that a trailer block always fits
-// one frame of the smallest size a peer may allow.
-const maxStatusMessage = 1024
-
 // percentEncode encodes the bytes gRPC requires encoded in grpc-message:
-// anything outside printable ASCII, and '%'. It cuts the message to
-// maxStatusMessage bytes first.
+// anything outside printable ASCII, and '%'.
 func percentEncode(s string) string {
-	if len(s) > maxStatusMessage {
-		s = s[:maxStatusMessage]
-	}
 	plain := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {

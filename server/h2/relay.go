@@ -92,8 +92,8 @@ func (b *inbox) next(ctx context.Context) (m []byte, ok, ended bool) {
 func (c *conn) startRelay(st *stream, path string) {
 	st.relay = newInbox()
 	ctx, cancel := context.WithCancel(c.ctx)
-	if st.timeout > 0 {
-		ctx, cancel = context.WithTimeout(c.ctx, st.timeout)
+	if st.timed {
+		ctx, cancel = context.WithDeadline(c.ctx, st.deadline)
 	}
 	st.cancel = cancel
 	if st.recvDone {
@@ -101,8 +101,22 @@ func (c *conn) startRelay(st *stream, path string) {
 	}
 	c.goroutines.Add(2)
 	cs := make(chan grpc.ClientStream, 1)
-	go c.relayIn(ctx, st, cs)
-	go c.relayOut(ctx, st, path, cs)
+	inDone := make(chan struct{})
+	go func() {
+		defer close(inDone)
+		c.relayIn(ctx, st, cs)
+	}()
+	go func() {
+		c.relayOut(ctx, st, path, cs)
+		<-inDone
+		// Only now does the call stop counting against the connection's
+		// streams: a client that resets relayed calls as fast as it opens
+		// them holds no more than MaxConcurrentStreams of them running.
+		c.wmu.Lock()
+		c.open--
+		c.wmu.Unlock()
+		c.goroutines.Done()
+	}()
 }
 
 // relayData splits a relayed call's bytes into messages for its sender.
@@ -112,7 +126,7 @@ func (c *conn) relayData(st *stream, data []byte) {
 	st.msg = append(st.msg, data...)
 	for len(st.msg) >= 5 {
 		if st.msg[0] != 0 {
-			c.finish(st, codes.Unimplemented, "compressed requests are not supported")
+			c.finish(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
 			return
 		}
 		l := binary.BigEndian.Uint32(st.msg[1:5])
@@ -186,7 +200,6 @@ func (c *conn) relayUsed(st *stream, n int64) {
 
 // relayOut opens the call on grpc-go and sends its answers and status back.
 func (c *conn) relayOut(ctx context.Context, st *stream, path string, streams chan<- grpc.ClientStream) {
-	defer c.goroutines.Done()
 	cs, err := c.s.innerCC.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, path, grpc.ForceCodecV2(rawCodec{}))
 	streams <- cs
 	for err == nil {

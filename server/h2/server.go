@@ -58,6 +58,11 @@ const (
 	maxHeaderList = 64 << 10
 	// handshakeTimeout bounds the TLS handshake and the client preface.
 	handshakeTimeout = 10 * time.Second
+	// pingInterval and maxPingStrikes are grpc-go's ping enforcement, as the
+	// daemon configured it: more than two PINGs less than 10 s apart with
+	// no new stream between them end the connection (ENHANCE_YOUR_CALM).
+	pingInterval   = 10 * time.Second
+	maxPingStrikes = 2
 )
 
 // Server serves gRPC over HTTP/2: ShouldRateLimit here, every other method
@@ -207,7 +212,7 @@ func (s *Server) Stop() {
 		l.Close()
 	}
 	for c := range s.conns {
-		c.nc.Close()
+		c.raw.Close()
 	}
 	for len(s.conns) > 0 {
 		s.connsGone.Wait()

@@ -1,70 +1,16 @@
 package h2_test
 
 import (
-	"bytes"
 	"encoding/binary"
-	"net"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelimit/sharelimit/server"
-	"github.com/sharelimit/sharelimit/server/h2"
 )
-
-// rawClient speaks HTTP/2 frame by frame.
-type rawClient struct {
-	t    *testing.T
-	nc   net.Conn
-	fr   *http2.Framer
-	hbuf bytes.Buffer
-	henc *hpack.Encoder
-}
-
-func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *rawClient {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	c := &rawClient{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.henc = hpack.NewEncoder(&c.hbuf)
-	if _, err := nc.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.fr.WriteSettings(settings...); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// call opens stream id with a ShouldRateLimit request, and extra header
-// fields (name, value, ...).
-func (c *rawClient) call(id uint32, req *rlsv3.RateLimitRequest, extra ...string) {
-	c.t.Helper()
-	c.hbuf.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", h2.Path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		c.henc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		c.henc.WriteField(hpack.HeaderField{Name: extra[i], Value: extra[i+1]})
-	}
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
-		c.t.Fatal(err)
-	}
-	b, _ := proto.Marshal(req)
-	if err := c.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)); err != nil {
-		c.t.Fatal(err)
-	}
-}
 
 // TestAnswerWaitsForTheWindow: a client that allows one byte per stream gets
 // one byte, and the rest of the answer, then its trailers, as it opens the
@@ -110,15 +56,6 @@ func TestAnswerWaitsForTheWindow(t *testing.T) {
 	if err := proto.Unmarshal(body[5:], &resp); err != nil || len(resp.Statuses) != 2 || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("answer %v %v", &resp, err)
 	}
-}
-
-func headerValue(f *http2.MetaHeadersFrame, name string) string {
-	for _, hf := range f.Fields {
-		if hf.Name == name {
-			return hf.Value
-		}
-	}
-	return ""
 }
 
 // TestServerEndsACallAtItsDeadline: a call held back by a wait policy past
