@@ -43,8 +43,8 @@ var goAwayPing = [8]byte{'s', 'l', 'g', 'o', 'a', 'w', 'a', 'y'}
 // the fields marked reader-only; everything else is guarded by wmu.
 type conn struct {
 	s   *Server
-	raw net.Conn // the accepted connection, for closing
-	nc  net.Conn // raw, or the TLS connection over it once the handshake is done
+	raw net.Conn        // the accepted connection, for closing
+	nc  net.Conn        // raw, or the TLS connection over it once the handshake is done
 	ctx context.Context // ends when the connection does
 	end context.CancelFunc
 	// goroutines counts what runs for this connection besides its reader:
@@ -115,11 +115,11 @@ type stream struct {
 	relay    *inbox // nil for ShouldRateLimit, answered here
 	sendWin  int64
 	recvWin  int64
-	held     int64  // bytes received and not yet used: not given back to the connection window
-	credit   int64  // relayed bytes used, not yet given back to the stream window
-	msg      []byte // the request so far, when it spans frames
-	pend     []byte // DATA payload waiting for the send window
-	trailers []byte // the trailer block, once the answer is complete
+	held     int64       // bytes received and not yet used: not given back to the connection window
+	credit   int64       // relayed bytes used, not yet given back to the stream window
+	msg      []byte      // the request so far, when it spans frames
+	pend     []byte      // DATA payload waiting for the send window
+	trailers []byte      // the trailer block, once the answer is complete
 	deadline time.Time   // the client's grpc-timeout, from when its headers arrived
 	timed    bool        // deadline is set
 	timer    *time.Timer // a wait policy's answer, or its deadline
