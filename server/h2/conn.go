@@ -688,6 +688,7 @@ func (c *conn) head(st *stream) {
 // headerFrame writes a HEADERS frame holding block, ending the stream when
 // end is set.
 func (c *conn) headerFrame(id uint32, block []byte, end bool) {
+	c.sent()
 	flags := http2.FlagHeadersEndHeaders
 	if end {
 		flags |= http2.FlagHeadersEndStream
@@ -817,6 +818,7 @@ func (c *conn) pump(st *stream) {
 			c.blocked[st] = struct{}{}
 			return
 		}
+		c.sent()
 		c.out = appendFrameHeader(c.out, int(n), http2.FrameData, 0, st.id)
 		c.out = append(c.out, st.pend[:n]...)
 		st.pend = st.pend[n:]
@@ -905,6 +907,14 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		c.pump(st)
 	}
 	return nil
+}
+
+// sent notes that an answer's frames went out: as in grpc-go, a client's
+// PINGs are counted against it only while the connection is otherwise quiet
+// (a client measuring the connection pings as data arrives).
+func (c *conn) sent() {
+	c.pingStrikes = 0
+	c.lastPing = time.Time{}
 }
 
 // ping answers a PING; the acknowledgement of a graceful stop's own PING sends

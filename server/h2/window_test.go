@@ -7,6 +7,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelimit/sharelimit/server"
@@ -80,6 +81,57 @@ func TestServerEndsACallAtItsDeadline(t *testing.T) {
 		}
 		if f, ok := f.(*http2.DataFrame); ok && f.StreamID == 3 {
 			t.Fatal("stream 3 answered past its deadline")
+		}
+	}
+}
+
+// TestPingFlood: PINGs back to back on a quiet connection end it with
+// ENHANCE_YOUR_CALM, as grpc-go's enforcement does; PINGs between answers on
+// a long-lived stream do not.
+func TestPingFlood(t *testing.T) {
+	d := start(t, true, server.Options{})
+	c := dialRaw(t, d.addr)
+	b, _ := proto.Marshal(&healthpb.HealthCheckRequest{Service: "ratelimit"})
+	c.headers(1, "/grpc.health.v1.Health/Watch", false)
+	c.fr.WriteData(1, true, grpcMsg(b))
+	data := func() {
+		t.Helper()
+		for {
+			f, err := c.fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch f := f.(type) {
+			case *http2.DataFrame:
+				return
+			case *http2.GoAwayFrame:
+				t.Fatalf("GOAWAY %v while the stream was answering", f.ErrCode)
+			}
+		}
+	}
+	data() // SERVING
+	for i := range 6 {
+		c.fr.WritePing(false, [8]byte{byte(i)})
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if i%2 == 1 {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		d.health.SetServingStatus("ratelimit", st)
+		data()
+	}
+	for i := range 4 {
+		c.fr.WritePing(false, [8]byte{9, byte(i)})
+	}
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v", g.ErrCode)
+			}
+			return
 		}
 	}
 }
