@@ -2,6 +2,7 @@ package h2_test
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -46,6 +47,13 @@ type daemon struct {
 
 func start(t testing.TB, direct bool, opts server.Options) *daemon {
 	t.Helper()
+	return startWith(t, direct, opts, nil)
+}
+
+// startWith is start with TLS when cfg is not nil; the daemon's client conn
+// is plaintext all the same, for the tests that dial their own.
+func startWith(t testing.TB, direct bool, opts server.Options, cfg *tls.Config) *daemon {
+	t.Helper()
 	set, err := source.Load("../testdata/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +67,7 @@ func start(t testing.TB, direct bool, opts server.Options) *daemon {
 	*now = int64(time.Hour)
 	svc := server.NewService(engine, func() int64 { return *now }, metrics, opts, quiet)
 	d := &daemon{now: now, health: server.NewHealth()}
-	if d.gs, err = server.NewGRPC(svc, d.health, nil, direct, quiet); err != nil {
+	if d.gs, err = server.NewGRPC(svc, d.health, cfg, direct, quiet); err != nil {
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

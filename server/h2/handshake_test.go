@@ -2,45 +2,14 @@ package h2_test
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"net"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 
-	"github.com/sharelimit/sharelimit/descriptors"
-	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/server"
-	"github.com/sharelimit/sharelimit/source"
 )
-
-func startTLS(t *testing.T) (server.GRPC, string, *x509.CertPool, chan struct{}) {
-	t.Helper()
-	set, err := source.Load("../testdata/rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := bucket.NewStore(0)
-	engine := descriptors.NewEngine(nil, 1, store)
-	metrics := server.NewMetrics(store)
-	metrics.Bind(set)
-	engine.Swap(set)
-	now := int64(time.Hour)
-	svc := server.NewService(engine, func() int64 { return now }, metrics, server.Options{}, quiet)
-	cfg, pool := selfSigned(t)
-	gs, err := server.NewGRPC(svc, server.NewHealth(), cfg, true, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); gs.Serve(lis) }()
-	return gs, lis.Addr().String(), pool, served
-}
 
 // TestGracefulStopDuringTLSHandshake: a client has connected but not
 // yet sent its ClientHello when a graceful stop begins. The server must not
@@ -48,15 +17,16 @@ func startTLS(t *testing.T) (server.GRPC, string, *x509.CertPool, chan struct{})
 // handshake should either succeed or see the connection closed, never
 // garbage where a TLS record should be.
 func TestGracefulStopDuringTLSHandshake(t *testing.T) {
-	gs, addr, pool, served := startTLS(t)
-	nc, err := net.Dial("tcp", addr)
+	cfg, pool := selfSigned(t)
+	d := startWith(t, true, server.Options{}, cfg)
+	nc, err := net.Dial("tcp", d.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	time.Sleep(100 * time.Millisecond) // accepted, waiting in tc.Handshake
 	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
+	go func() { d.gs.GracefulStop(); close(stopped) }()
 	time.Sleep(100 * time.Millisecond)
 	// What is in the socket before the client speaks TLS?
 	nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
@@ -72,7 +42,6 @@ func TestGracefulStopDuringTLSHandshake(t *testing.T) {
 		t.Logf("client handshake: %v", err)
 	}
 	<-stopped
-	<-served
 }
 
 // TestGracefulStopBeforePreface: plaintext; a client connected but has

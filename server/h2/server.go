@@ -185,40 +185,40 @@ func (s *Server) forget(c *conn) {
 // GracefulStop stops accepting, tells every client to open no new stream
 // (GOAWAY), waits for the calls in flight, then stops the grpc-go server the
 // other calls go to.
-func (s *Server) GracefulStop() {
-	s.mu.Lock()
-	s.draining = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.goAway()
-	}
-	for len(s.conns) > 0 {
-		s.connsGone.Wait()
-	}
-	s.mu.Unlock()
-	s.inner.GracefulStop()
-	s.innerCC.Close()
-	s.innerRun.Wait()
-}
+func (s *Server) GracefulStop() { s.stop(true) }
 
 // Stop closes every listener and connection at once; calls in flight fail.
 // It returns once every connection's goroutines have ended.
-func (s *Server) Stop() {
+func (s *Server) Stop() { s.stop(false) }
+
+// stop closes the listeners, then sends every connection a GOAWAY (graceful)
+// or closes it, waits for all of them to end, and stops grpc-go likewise.
+func (s *Server) stop(graceful bool) {
 	s.mu.Lock()
-	s.stopped = true
+	if graceful {
+		s.draining = true
+	} else {
+		s.stopped = true
+	}
 	for l := range s.listeners {
 		l.Close()
 	}
 	for c := range s.conns {
-		c.raw.Close()
+		if graceful {
+			c.goAway()
+		} else {
+			c.raw.Close()
+		}
 	}
 	for len(s.conns) > 0 {
 		s.connsGone.Wait()
 	}
 	s.mu.Unlock()
-	s.inner.Stop()
+	if graceful {
+		s.inner.GracefulStop()
+	} else {
+		s.inner.Stop()
+	}
 	s.innerCC.Close()
 	s.innerRun.Wait()
 }
