@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -33,6 +34,9 @@ const (
 	// peer's flow-control window before its sender waits.
 	relayPending = 256 << 10
 )
+
+// keepalivePing is the payload of a keepalive PING.
+var keepalivePing = [8]byte{'s', 'l', 'k', 'e', 'e', 'p', 'a', 'l'}
 
 // goAwayPing is the payload of the PING sent with the first GOAWAY of a
 // graceful stop: its acknowledgement says the client has seen that GOAWAY,
@@ -76,6 +80,8 @@ type conn struct {
 	goingAway  bool                 // the first GOAWAY of a graceful stop is sent
 	goneAway   bool                 // the final GOAWAY is sent: no new streams
 	goAwayLast uint32
+	// reads counts the frames read, for keepalive to see a live peer.
+	reads atomic.Uint64
 	// ready is set once the handshake is done and this server's SETTINGS
 	// are written: nothing else is written before.
 	ready bool
@@ -173,6 +179,8 @@ func (c *conn) serve() {
 		}
 		return
 	}
+	c.goroutines.Add(1)
+	go c.keepalive()
 	err := c.readLoop()
 	var ce http2.ConnectionError
 	switch {
@@ -259,6 +267,7 @@ func (c *conn) readLoop() error {
 			}
 		}
 		f, err := c.fr.ReadFrame()
+		c.reads.Add(1)
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -531,9 +540,15 @@ func (c *conn) data(f *http2.DataFrame) error {
 		return nil
 	}
 	data := f.Data()
-	pad := n - int64(len(data))
-	c.used(pad)
-	st.credit += pad // given back to the stream window with its next update
+	if pad := n - int64(len(data)); pad > 0 {
+		// Padding is used as it arrives: back to both windows at once,
+		// so that a padded request never runs out of stream window.
+		c.used(pad)
+		if !f.StreamEnded() {
+			c.out = appendWindowUpdate(c.out, st.id, uint32(pad))
+			st.recvWin += pad
+		}
+	}
 	st.got += int64(len(data))
 	if f.StreamEnded() {
 		st.recvDone = true
@@ -907,6 +922,51 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		c.pump(st)
 	}
 	return nil
+}
+
+// keepalive closes a connection whose peer has gone silent, as grpc-go's
+// server keepalive did for the daemon: after keepaliveTime with no frame read
+// it sends a PING, and if still nothing has been read keepaliveTimeout later,
+// it closes the connection. A peer that vanished without a FIN (a dead host,
+// a dropped flow) would otherwise hold its connection and its calls forever.
+func (c *conn) keepalive() {
+	defer c.goroutines.Done()
+	t := time.NewTimer(c.s.keepaliveTime)
+	defer t.Stop()
+	last, pinged := c.reads.Load(), false
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch now := c.reads.Load(); {
+		case now != last:
+			last, pinged = now, false
+			t.Reset(c.s.keepaliveTime)
+		case !pinged:
+			c.wmu.Lock()
+			if c.closed {
+				c.wmu.Unlock()
+				return
+			}
+			c.out = appendPing(c.out, keepalivePing, false)
+			c.wmu.Unlock()
+			// The write may block on a peer that no longer reads: it
+			// gets its own goroutine, which the close below frees.
+			c.goroutines.Add(1)
+			go func() {
+				defer c.goroutines.Done()
+				c.flush()
+			}()
+			pinged = true
+			t.Reset(c.s.keepaliveTimeout)
+		default:
+			c.s.log.Debug("closing a connection whose peer did not answer a keepalive PING", "remote", c.raw.RemoteAddr().String())
+			c.raw.Close()
+			return
+		}
+	}
 }
 
 // sent notes that an answer's frames went out: as in grpc-go, a client's

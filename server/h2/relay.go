@@ -91,9 +91,12 @@ func (b *inbox) next(ctx context.Context) (m []byte, ok, ended bool) {
 // startRelay opens a relayed call. Called with wmu held.
 func (c *conn) startRelay(st *stream, path string) {
 	st.relay = newInbox()
-	ctx, cancel := context.WithCancel(c.ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if st.timed {
 		ctx, cancel = context.WithDeadline(c.ctx, st.deadline)
+	} else {
+		ctx, cancel = context.WithCancel(c.ctx)
 	}
 	st.cancel = cancel
 	if st.recvDone {

@@ -63,6 +63,11 @@ const (
 	// no new stream between them end the connection (ENHANCE_YOUR_CALM).
 	pingInterval   = 10 * time.Second
 	maxPingStrikes = 2
+	// KeepaliveTime and KeepaliveTimeout are grpc-go's server keepalive
+	// as the daemon configured it: a PING after 2 minutes with nothing
+	// from the peer, and the connection closed 20 s later if still nothing.
+	KeepaliveTime    = 2 * time.Minute
+	KeepaliveTimeout = 20 * time.Second
 )
 
 // Server serves gRPC over HTTP/2: ShouldRateLimit here, every other method
@@ -70,8 +75,11 @@ const (
 type Server struct {
 	rls   Answerer
 	inner *grpc.Server
-	tls   *tls.Config
-	log   *slog.Logger
+	// keepaliveTime and keepaliveTimeout are KeepaliveTime and
+	// KeepaliveTimeout; tests shorten them.
+	keepaliveTime, keepaliveTimeout time.Duration
+	tls                             *tls.Config
+	log                             *slog.Logger
 
 	innerLis *bufconn.Listener
 	innerCC  *grpc.ClientConn
@@ -91,6 +99,7 @@ type Server struct {
 func New(rls Answerer, inner *grpc.Server, tlsConfig *tls.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		rls: rls, inner: inner, log: log,
+		keepaliveTime: KeepaliveTime, keepaliveTimeout: KeepaliveTimeout,
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
 		innerLis:  bufconn.Listen(256 << 10),
