@@ -1,0 +1,377 @@
+package h2
+
+// A stream's life on the reading side: HEADERS open it, DATA fills its
+// request, and a complete ShouldRateLimit request is decided and answered;
+// requests that are not gRPC get an HTTP status.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/server/wire"
+)
+
+// headers opens a stream, or ends one with trailers from the client.
+func (c *conn) headers(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.lastStream = max(c.lastStream, id)
+		c.reset(id, http2.ErrCodeProtocol)
+		return nil
+	}
+	if id <= c.lastStream {
+		st := c.streams[id]
+		if st == nil {
+			switch known, mayFrame := c.closedState(id); {
+			case known && mayFrame:
+				return nil // trailers after this server reset the stream
+			case known:
+				return http2.ConnectionError(http2.ErrCodeStreamClosed)
+			default:
+				return http2.ConnectionError(http2.ErrCodeProtocol) // a stream ID going backwards
+			}
+		}
+		return c.trailersIn(st, f)
+	}
+	c.lastStream = id
+	c.pingStrikes = 0
+	if c.goneAway || c.closed || c.open >= MaxConcurrentStreams {
+		c.reset(id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	var path, method, scheme, contentType, timeout, encoding string
+	length := int64(-1)
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			// Connection-specific: malformed in HTTP/2 (RFC 9113, 8.2.2).
+			c.reset(id, http2.ErrCodeProtocol)
+			return nil
+		case "te":
+			if hf.Value != "trailers" {
+				c.reset(id, http2.ErrCodeProtocol)
+				return nil
+			}
+		case ":scheme":
+			scheme = hf.Value
+		case "content-length":
+			n, err := strconv.ParseUint(hf.Value, 10, 63)
+			if err != nil || (length >= 0 && int64(n) != length) {
+				c.reset(id, http2.ErrCodeProtocol)
+				return nil
+			}
+			length = int64(n)
+		case ":path":
+			path = hf.Value
+		case ":method":
+			method = hf.Value
+		case "content-type":
+			contentType = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		case "grpc-encoding":
+			encoding = hf.Value
+		}
+	}
+	st := &stream{id: id, sendWin: c.peerWin, recvWin: streamWindow, recvDone: f.StreamEnded(), length: length}
+	c.streams[id] = st
+	c.open++
+	switch {
+	case path == "" || method == "" || scheme == "" || (st.recvDone && length > 0):
+		c.drop(st)
+		c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
+		return nil
+	case method != "POST":
+		st.notGRPC = "405"
+	case !isGRPC(contentType):
+		st.notGRPC = "415"
+	}
+	if st.notGRPC != "" {
+		// Answered once the client has sent the whole request, as HTTP
+		// servers do.
+		if st.recvDone {
+			c.refuse(st)
+		}
+		return nil
+	}
+	switch {
+	case f.Truncated:
+		c.finish(st, codes.ResourceExhausted, fmt.Sprintf("header list larger than %d bytes", maxHeaderList))
+		return nil
+	}
+	if timeout != "" {
+		d, err := parseTimeout(timeout)
+		if err != nil {
+			// As grpc-go: HTTP 400 with the gRPC status.
+			st.sentHead = true
+			c.reply(st, appendStatusFields(appendNeverIndexed(appendNeverIndexed(nil, ":status", "400"), "content-type", "application/grpc"),
+				codes.Internal, "malformed grpc-timeout: "+err.Error()))
+			return nil
+		}
+		st.deadline, st.timed = time.Now().Add(d), true
+	}
+	if encoding != "" && encoding != "identity" {
+		c.finish(st, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", encoding))
+		return nil
+	}
+	if path != Path {
+		c.startRelay(st, path)
+		return nil
+	}
+	if st.recvDone {
+		c.finish(st, codes.Internal, errNoMessage)
+	}
+	return nil
+}
+
+// trailersIn takes a HEADERS frame on an open stream: the client's trailers,
+// which end its side.
+func (c *conn) trailersIn(st *stream, f *http2.MetaHeadersFrame) error {
+	switch {
+	case st.recvDone:
+		c.drop(st)
+		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeStreamClosed)
+	case !f.StreamEnded():
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	case len(f.PseudoFields()) > 0 || (st.length >= 0 && st.got != st.length):
+		c.drop(st)
+		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeProtocol)
+	default:
+		c.endRecv(st)
+	}
+	return nil
+}
+
+const errNoMessage = "cardinality violation: received no request message from non-client-streaming RPC"
+
+// isGRPC reports whether a content-type is gRPC's: application/grpc, alone
+// or with a subtype.
+func isGRPC(ct string) bool {
+	const g = "application/grpc"
+	if len(ct) < len(g) || ct[:len(g)] != g {
+		return false
+	}
+	return len(ct) == len(g) || ct[len(g)] == '+' || ct[len(g)] == ';'
+}
+
+// data takes a DATA frame: flow control first, then the stream's message.
+func (c *conn) data(f *http2.DataFrame) error {
+	n := int64(f.Header().Length)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.recvWin -= n; c.recvWin < 0 {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	st := c.streams[f.StreamID]
+	if st == nil || st.recvDone {
+		if f.StreamID > c.lastStream {
+			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+		}
+		c.used(n)
+		if st != nil {
+			c.drop(st)
+		} else if _, mayFrame := c.closedState(f.StreamID); mayFrame {
+			return nil // sent before the client saw this server's reset
+		}
+		c.out = appendRSTStream(c.out, f.StreamID, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	if st.recvWin -= n; st.recvWin < 0 {
+		c.drop(st)
+		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
+		c.used(n)
+		return nil
+	}
+	data := f.Data()
+	if pad := n - int64(len(data)); pad > 0 {
+		// Padding is used as it arrives: back to both windows at once,
+		// so that a padded request never runs out of stream window.
+		c.used(pad)
+		if !f.StreamEnded() {
+			c.out = appendWindowUpdate(c.out, st.id, uint32(pad))
+			st.recvWin += pad
+		}
+	}
+	st.got += int64(len(data))
+	if f.StreamEnded() {
+		st.recvDone = true
+	}
+	if st.length >= 0 && (st.got > st.length || (st.recvDone && st.got != st.length)) {
+		c.used(int64(len(data)))
+		c.drop(st)
+		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeProtocol)
+		return nil
+	}
+	if st.notGRPC != "" {
+		c.used(int64(len(data)))
+		if st.recvDone {
+			c.refuse(st)
+		}
+		return nil
+	}
+	if st.relay != nil {
+		c.relayData(st, data)
+		return nil
+	}
+	c.request(st, data)
+	return nil
+}
+
+// request gathers a ShouldRateLimit request and answers it once complete.
+func (c *conn) request(st *stream, data []byte) {
+	msg := data
+	if st.msg != nil || !st.recvDone {
+		// Rare: the request spans frames, so it is copied.
+		st.msg = append(st.msg, data...)
+		msg = st.msg
+	}
+	// The bytes go back to the connection window once the request is
+	// decoded, or dropped: a connection holds at most connWindow bytes of
+	// requests still arriving.
+	st.held += int64(len(data))
+	if len(msg) >= 5 {
+		if msg[0] != 0 {
+			// grpc-encoding, if any, was identity: checked with the headers.
+			c.finish(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+			return
+		}
+		if l := binary.BigEndian.Uint32(msg[1:5]); l > maxRecvMsg {
+			c.finish(st, codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", l, maxRecvMsg))
+			return
+		}
+	}
+	if !st.recvDone {
+		return
+	}
+	// Unary: exactly one message. The errors read as grpc-go's.
+	switch {
+	case len(msg) == 0:
+		c.finish(st, codes.Internal, errNoMessage)
+		return
+	case len(msg) < 5 || len(msg) < 5+int(binary.BigEndian.Uint32(msg[1:5])):
+		c.finish(st, codes.Internal, "unexpected EOF")
+		return
+	case len(msg) > 5+int(binary.BigEndian.Uint32(msg[1:5])):
+		c.finish(st, codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
+		return
+	}
+	req := new(rlsv3.RateLimitRequest)
+	if err := wire.DecodeRequest(msg[5:], req); err != nil {
+		c.finish(st, codes.Internal, "grpc: error unmarshalling request: "+err.Error())
+		return
+	}
+	st.msg = nil
+	c.used(st.held)
+	st.held = 0
+	// The decision runs with wmu held: it does not block, and holding the
+	// lock keeps the answer's frames next to its decision.
+	resp, wait, err := c.s.rls.Answer(req)
+	switch {
+	case err != nil:
+		s := status.Convert(err)
+		c.finish(st, s.Code(), s.Message())
+	case wait > 0:
+		c.answerLater(st, resp, wait)
+	default:
+		c.answer(st, resp)
+	}
+}
+
+// answerLater holds an answer back for wait, or answers DeadlineExceeded at
+// the client's deadline if that comes first.
+func (c *conn) answerLater(st *stream, resp *rlsv3.RateLimitResponse, wait time.Duration) {
+	late := false
+	if st.timed {
+		if left := time.Until(st.deadline); left < wait {
+			late, wait = true, max(left, 0)
+		}
+	}
+	st.timer = time.AfterFunc(wait, func() {
+		c.wmu.Lock()
+		if st.done || c.closed {
+			c.wmu.Unlock()
+			return
+		}
+		if late {
+			c.finish(st, codes.DeadlineExceeded, "context deadline exceeded")
+		} else {
+			c.answer(st, resp)
+		}
+		c.wmu.Unlock()
+		c.flush()
+	})
+}
+
+// parseTimeout reads a grpc-timeout: up to eight digits and a unit. Its
+// errors read as grpc-go's, which clients may already match on.
+func parseTimeout(s string) (time.Duration, error) {
+	switch {
+	case len(s) < 2:
+		return 0, fmt.Errorf("transport: timeout string is too short: %q", s)
+	case len(s) > 9:
+		return 0, fmt.Errorf("transport: timeout string is too long: %q", s)
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, fmt.Errorf("transport: timeout unit is not recognized: %q", s)
+	}
+	v, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if v > uint64(1<<63-1)/uint64(unit) {
+		return 1<<63 - 1, nil
+	}
+	return time.Duration(v) * unit, nil
+}
+
+// refusal is the body of an answer to a request that is not gRPC.
+const refusal = "sharelimit serves gRPC here: POST with content-type application/grpc\n"
+
+// refuse answers a request that is not gRPC with its HTTP status.
+func (c *conn) refuse(st *stream) {
+	st.sentHead = true
+	c.headerFrame(st.id, appendNeverIndexed(appendNeverIndexed(nil, ":status", st.notGRPC), "content-type", "text/plain; charset=utf-8"), false)
+	st.pend = append(st.pend, refusal...)
+	st.endData = true
+	c.pump(st)
+}
+
+// endRecv ends the client's side of a stream, as trailers from it do.
+func (c *conn) endRecv(st *stream) {
+	st.recvDone = true
+	if st.notGRPC != "" {
+		c.refuse(st)
+		return
+	}
+	if st.relay != nil {
+		c.relayData(st, nil)
+		return
+	}
+	c.request(st, nil)
+}
