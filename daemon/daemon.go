@@ -151,11 +151,7 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	d.streams = server.NewStreamCloser()
 	var err error
 	if d.grpc, err = server.NewGRPC(svc, d.health, tlsConfig, cfg.GRPCTransport == config.TransportDirect, log.With("component", "grpc"), d.streams.ServerOption()); err != nil {
-		d.grpcLis.Close()
-		d.httpLis.Close()
-		if d.debugLis != nil {
-			d.debugLis.Close()
-		}
+		d.closeListeners()
 		return nil, err
 	}
 	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
@@ -310,25 +306,6 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 	d.engine.SetDemandTopKeys(cfg.DemandTopKeys)
 	if cfg.ShareMode == config.ShareDemand {
 		d.engine.SetShareMode(true)
-	}
-	return nil
-}
-
-func (d *Daemon) listen() error {
-	var err error
-	if d.grpcLis, err = server.Listen(d.cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("gRPC listener: %w", err)
-	}
-	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
-		d.grpcLis.Close()
-		return fmt.Errorf("admin listener: %w", err)
-	}
-	if d.cfg.DebugAddr != "" {
-		if d.debugLis, err = net.Listen("tcp", d.cfg.DebugAddr); err != nil {
-			d.grpcLis.Close()
-			d.httpLis.Close()
-			return fmt.Errorf("debug listener: %w", err)
-		}
 	}
 	return nil
 }
