@@ -115,6 +115,7 @@ func New(rls Answerer, inner *grpc.Server, tlsConfig *tls.Config, log *slog.Logg
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 	)
 	if err != nil {
+		inner.Stop() // its stream workers started when it was built
 		return nil, err
 	}
 	s.innerCC = cc
