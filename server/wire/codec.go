@@ -88,16 +88,15 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.fallback.Unmarshal(data, v)
 	}
-	// A short request is copied into its block and its strings point there;
-	// a longer one is decoded where grpc-go holds it (one buffer) or from a
-	// copy, and its strings are copied out: the buffers grpc-go passes in go
-	// back to its pool when this returns.
-	blk := new(block)
-	if n := data.Len(); n <= len(blk.raw) {
+	// DecodeRequest keeps nothing pointing into what it is given: the
+	// buffers grpc-go passes in go back to its pool when this returns.
+	if len(data) == 1 {
+		return DecodeRequest(data[0].ReadOnlyData(), req)
+	}
+	if n := data.Len(); n <= inlineBytes {
+		// Split over buffers but short: copied once, into its block.
+		blk := new(block)
 		return decodeRequest(blk, blk.raw[:data.CopyTo(blk.raw[:n])], true, req)
 	}
-	if len(data) == 1 {
-		return decodeRequest(blk, data[0].ReadOnlyData(), false, req)
-	}
-	return decodeRequest(blk, data.Materialize(), false, req)
+	return DecodeRequest(data.Materialize(), req)
 }
