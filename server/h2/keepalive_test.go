@@ -12,8 +12,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// keepaliveServer serves stubRLS with keepalive shortened to d and d/2.
-func keepaliveServer(t *testing.T, d time.Duration) string {
+// keepaliveClient serves stubRLS with keepalive shortened to d and d/2, and
+// connects to it: the preface and empty SETTINGS are sent.
+func keepaliveClient(t *testing.T, d time.Duration) (net.Conn, *http2.Framer) {
 	t.Helper()
 	s, err := New(stubRLS{}, grpc.NewServer(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -33,22 +34,22 @@ func keepaliveServer(t *testing.T, d time.Duration) string {
 		s.Stop()
 		<-served
 	})
-	return lis.Addr().String()
+	nc, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(nc, nc)
+	fr.WriteSettings()
+	return nc, fr
 }
 
 // TestKeepaliveClosesASilentPeer: a client that reads but never answers gets
 // a PING after the keepalive time and is closed after the timeout, as
 // grpc-go's server keepalive did.
 func TestKeepaliveClosesASilentPeer(t *testing.T) {
-	addr := keepaliveServer(t, 100*time.Millisecond)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Write([]byte(http2.ClientPreface))
-	fr := http2.NewFramer(nc, nc)
-	fr.WriteSettings()
+	nc, fr := keepaliveClient(t, 100*time.Millisecond)
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	pinged := false
 	for {
@@ -72,15 +73,7 @@ func TestKeepaliveClosesASilentPeer(t *testing.T) {
 // TestKeepaliveKeepsALivePeer: a client that answers PINGs, and sends nothing
 // else, keeps its connection over many keepalive periods.
 func TestKeepaliveKeepsALivePeer(t *testing.T) {
-	addr := keepaliveServer(t, 50*time.Millisecond)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Write([]byte(http2.ClientPreface))
-	fr := http2.NewFramer(nc, nc)
-	fr.WriteSettings()
+	nc, fr := keepaliveClient(t, 50*time.Millisecond)
 	until := time.Now().Add(time.Second) // 20 periods
 	nc.SetReadDeadline(until)
 	pings := 0
