@@ -67,7 +67,7 @@ type conn struct {
 	peerWin    int64                // the peer's initial stream window
 	peerFrame  int                  // the largest frame the peer accepts
 	recvWin    int64                // what the peer may still send on the connection
-	recvCredit int64                // bytes used, not yet given back to the peer
+	recvCredit int64                // bytes received, not yet given back to the peer
 	sizeUpdate bool                 // the next header block starts with a table size update
 	goingAway  bool                 // the first GOAWAY of a graceful stop is sent
 	goneAway   bool                 // the final GOAWAY is sent: no new streams
@@ -113,7 +113,6 @@ type stream struct {
 	relay    *inbox // nil for ShouldRateLimit, answered here
 	sendWin  int64
 	recvWin  int64
-	held     int64       // bytes received and not yet used: not given back to the connection window
 	credit   int64       // relayed bytes used, not yet given back to the stream window
 	msg      []byte      // the request so far, when it spans frames
 	pend     []byte      // DATA payload waiting for the send window

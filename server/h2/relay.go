@@ -125,7 +125,6 @@ func (c *conn) startRelay(st *stream, path string) {
 // relayData splits a relayed call's bytes into messages for its sender.
 // Called with wmu held.
 func (c *conn) relayData(st *stream, data []byte) {
-	st.held += int64(len(data))
 	st.msg = append(st.msg, data...)
 	for len(st.msg) >= 5 {
 		if st.msg[0] != 0 {
@@ -183,15 +182,14 @@ func (c *conn) relayIn(ctx context.Context, st *stream, streams <-chan grpc.Clie
 	}
 }
 
-// relayUsed gives n bytes of a relayed call back to the client.
+// relayUsed gives n bytes of a relayed call back to the client's stream
+// window (the connection window had them back as they arrived).
 func (c *conn) relayUsed(st *stream, n int64) {
 	c.wmu.Lock()
 	if st.done || c.closed {
 		c.wmu.Unlock()
 		return
 	}
-	st.held -= n
-	c.used(n)
 	if st.credit += n; !st.recvDone && st.credit >= streamWindow/4 {
 		c.out = appendWindowUpdate(c.out, st.id, uint32(st.credit))
 		st.recvWin += st.credit

@@ -49,10 +49,13 @@ const (
 	MaxConcurrentStreams = 1024
 	// maxRecvMsg caps one request message, as grpc.MaxRecvMsgSize did.
 	maxRecvMsg = 1 << 20
-	// streamWindow is each stream's receive window: a whole request fits.
+	// streamWindow is each stream's receive window: a whole request fits,
+	// and it bounds what one stream may have buffered (a connection, at
+	// most MaxConcurrentStreams of them, as with grpc-go).
 	streamWindow = 1<<20 + 5
-	// connWindow bounds what a connection may have sent and this server not
-	// yet used: requests still arriving, and relayed messages not yet taken.
+	// connWindow is the connection's receive window. It is given back as
+	// DATA arrives, so it paces a client but never holds one up: a
+	// connection's buffers are bounded by its streams' windows.
 	connWindow = 4 << 20
 	// maxHeaderList bounds a request's decoded header fields.
 	maxHeaderList = 64 << 10

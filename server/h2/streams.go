@@ -174,12 +174,17 @@ func (c *conn) data(f *http2.DataFrame) error {
 	if c.recvWin -= n; c.recvWin < 0 {
 		return http2.ConnectionError(http2.ErrCodeFlowControl)
 	}
+	// The connection window is given back as DATA arrives, whatever
+	// becomes of it: only a stream's own window bounds what one request
+	// may have buffered. Were it given back only as requests complete, a
+	// client interleaving many large requests would run it to zero with
+	// every one of them part-sent, and nothing would ever complete.
+	c.used(n)
 	st := c.streams[f.StreamID]
 	if st == nil || st.recvDone {
 		if f.StreamID > c.lastStream {
 			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 		}
-		c.used(n)
 		if st != nil {
 			c.drop(st)
 		} else if _, mayFrame := c.closedState(f.StreamID); mayFrame {
@@ -191,14 +196,12 @@ func (c *conn) data(f *http2.DataFrame) error {
 	if st.recvWin -= n; st.recvWin < 0 {
 		c.drop(st)
 		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeFlowControl)
-		c.used(n)
 		return nil
 	}
 	data := f.Data()
 	if pad := n - int64(len(data)); pad > 0 {
-		// Padding is used as it arrives: back to both windows at once,
-		// so that a padded request never runs out of stream window.
-		c.used(pad)
+		// Padding goes back to the stream window as it arrives, so
+		// that a padded request never runs out of stream window.
 		if !f.StreamEnded() {
 			c.out = appendWindowUpdate(c.out, st.id, uint32(pad))
 			st.recvWin += pad
@@ -209,13 +212,11 @@ func (c *conn) data(f *http2.DataFrame) error {
 		st.recvDone = true
 	}
 	if st.length >= 0 && (st.got > st.length || (st.recvDone && st.got != st.length)) {
-		c.used(int64(len(data)))
 		c.drop(st)
 		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeProtocol)
 		return nil
 	}
 	if st.notGRPC != "" {
-		c.used(int64(len(data)))
 		if st.recvDone {
 			c.refuse(st)
 		}
@@ -237,10 +238,6 @@ func (c *conn) request(st *stream, data []byte) {
 		st.msg = append(st.msg, data...)
 		msg = st.msg
 	}
-	// The bytes go back to the connection window once the request is
-	// decoded, or dropped: a connection holds at most connWindow bytes of
-	// requests still arriving.
-	st.held += int64(len(data))
 	if len(msg) >= 5 {
 		if msg[0] != 0 {
 			// grpc-encoding, if any, was identity: checked with the headers.
@@ -273,8 +270,6 @@ func (c *conn) request(st *stream, data []byte) {
 		return
 	}
 	st.msg = nil
-	c.used(st.held)
-	st.held = 0
 	// The decision runs with wmu held: it does not block, and holding the
 	// lock keeps the answer's frames next to its decision.
 	resp, wait, err := c.s.rls.Answer(req)

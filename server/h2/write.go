@@ -157,8 +157,6 @@ func (c *conn) drop(st *stream) {
 	if st.relay != nil {
 		st.relay.close()
 	}
-	c.used(st.held)
-	st.held = 0
 	st.msg, st.pend = nil, nil
 	c.windowed.Broadcast()
 	if c.goneAway && len(c.streams) == 0 {
@@ -167,7 +165,7 @@ func (c *conn) drop(st *stream) {
 }
 
 // used gives n bytes the client sent back to its connection window, in
-// batches of a quarter of it.
+// batches of a quarter of it. Called as DATA arrives.
 func (c *conn) used(n int64) {
 	if n <= 0 {
 		return
