@@ -174,7 +174,10 @@ func (c *conn) serve() {
 	go c.keepalive()
 	err := c.readLoop()
 	var ce http2.ConnectionError
+	var ge goAwayError
 	switch {
+	case errors.As(err, &ge):
+		c.fail(ge.code, ge.debug)
 	case errors.As(err, &ce):
 		c.fail(http2.ErrCode(ce), err.Error())
 	case errors.Is(err, http2.ErrFrameTooLarge):

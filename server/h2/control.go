@@ -132,6 +132,20 @@ func (c *conn) sent() {
 	c.lastPing = time.Time{}
 }
 
+// errTooManyPings ends a connection that pings too often. gRPC clients
+// (grpc-go, C-core, grpc-js) back their keepalive off only when the GOAWAY's
+// debug data is exactly "too_many_pings"; on anything else they reconnect
+// at the same rate and are cut again, forever.
+var errTooManyPings = goAwayError{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
+
+// goAwayError ends a connection with a GOAWAY carrying its own debug data.
+type goAwayError struct {
+	code  http2.ErrCode
+	debug string
+}
+
+func (e goAwayError) Error() string { return "h2: " + e.code.String() + ": " + e.debug }
+
 // ping answers a PING; the acknowledgement of a graceful stop's own PING sends
 // its final GOAWAY.
 func (c *conn) ping(f *http2.PingFrame) error {
@@ -141,7 +155,7 @@ func (c *conn) ping(f *http2.PingFrame) error {
 		now := time.Now()
 		if !c.lastPing.IsZero() && now.Sub(c.lastPing) < pingInterval {
 			if c.pingStrikes++; c.pingStrikes > maxPingStrikes {
-				return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+				return errTooManyPings
 			}
 		}
 		c.lastPing = now
