@@ -213,9 +213,10 @@ func (c *conn) handshake() error {
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(16384)
-	c.fr.MaxHeaderListSize = maxHeaderList
+	// The Framer decodes (and bounds each string to) maxHeaderDecode; the
+	// smaller maxHeaderList is checked per call, in headers.
+	c.fr.MaxHeaderListSize = maxHeaderDecode
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.ReadMetaHeaders.SetMaxStringLength(maxHeaderList)
 	c.wmu.Lock()
 	c.out = appendSettings(c.out,
 		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: MaxConcurrentStreams},

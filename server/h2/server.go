@@ -57,8 +57,14 @@ const (
 	// DATA arrives, so it paces a client but never holds one up: a
 	// connection's buffers are bounded by its streams' windows.
 	connWindow = 4 << 20
-	// maxHeaderList bounds a request's decoded header fields.
+	// maxHeaderList bounds a request's decoded header fields: a call over
+	// it is refused alone (RESOURCE_EXHAUSTED), and the connection goes on.
 	maxHeaderList = 64 << 10
+	// maxHeaderDecode bounds what is decoded of one header block to refuse
+	// that call alone, keeping the connection's HPACK state in step. A block
+	// larger still ends the connection: x/net's Framer stops reading it,
+	// its defence against floods of CONTINUATION frames.
+	maxHeaderDecode = 1 << 20
 	// handshakeTimeout bounds the TLS handshake and the client preface.
 	handshakeTimeout = 10 * time.Second
 	// pingInterval and maxPingStrikes are grpc-go's ping enforcement, as the

@@ -53,7 +53,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	var path, method, scheme, contentType, timeout, encoding string
 	length := int64(-1)
+	size := 0 // the header list's size, as RFC 9113 counts it
 	for _, hf := range f.Fields {
+		size += len(hf.Name) + len(hf.Value) + 32
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 			// Connection-specific: malformed in HTTP/2 (RFC 9113, 8.2.2).
@@ -106,8 +108,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		}
 		return nil
 	}
-	switch {
-	case f.Truncated:
+	if f.Truncated || size > maxHeaderList {
 		c.finish(st, codes.ResourceExhausted, fmt.Sprintf("header list larger than %d bytes", maxHeaderList))
 		return nil
 	}
