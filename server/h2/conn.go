@@ -89,6 +89,11 @@ type conn struct {
 	// ignored, as RFC 9113 says; others are errors.
 	closedIDs [256]closedID
 	closedAt  int
+	// arriving are the streams opened with a deadline since the last batch
+	// of reads; those still waiting for their request then get a timer
+	// (armDeadlines). A request that arrives within its batch, as nearly
+	// all do, costs no timer.
+	arriving []*stream
 }
 
 type closedID struct {
@@ -119,7 +124,7 @@ type stream struct {
 	trailers []byte      // the trailer block, once the answer is complete
 	deadline time.Time   // the client's grpc-timeout, from when its headers arrived
 	timed    bool        // deadline is set
-	timer    *time.Timer // a wait policy's answer, or its deadline
+	timer    *time.Timer // the deadline of a request still arriving, or a wait policy's answer
 	cancel   context.CancelFunc
 	recvDone bool // the client ended its side
 	sentHead bool
@@ -257,6 +262,7 @@ func (c *conn) readLoop() error {
 		if c.br.Buffered() == 0 {
 			// Everything read so far is handled: write what it produced
 			// before waiting for more.
+			c.armDeadlines()
 			if err := c.flush(); err != nil {
 				return err
 			}
@@ -288,6 +294,7 @@ func (c *conn) readLoop() error {
 			return c.flush()
 		}
 		if big {
+			c.armDeadlines()
 			if err := c.flush(); err != nil {
 				return err
 			}

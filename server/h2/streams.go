@@ -121,7 +121,15 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 				codes.Internal, "malformed grpc-timeout: "+err.Error()))
 			return nil
 		}
+		if d <= 0 {
+			// Expired already: never decided, so it spends no token.
+			c.finish(st, codes.DeadlineExceeded, errDeadline)
+			return nil
+		}
 		st.deadline, st.timed = time.Now().Add(d), true
+		if !st.recvDone && path == Path {
+			c.arriving = append(c.arriving, st)
+		}
 	}
 	if encoding != "" && encoding != "identity" {
 		c.finish(st, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", encoding))
@@ -154,6 +162,9 @@ func (c *conn) trailersIn(st *stream, f *http2.MetaHeadersFrame) error {
 	}
 	return nil
 }
+
+// errDeadline is grpc-go's message for a call ended at its deadline.
+const errDeadline = "context deadline exceeded"
 
 const errNoMessage = "cardinality violation: received no request message from non-client-streaming RPC"
 
@@ -271,6 +282,16 @@ func (c *conn) request(st *stream, data []byte) {
 		return
 	}
 	st.msg = nil
+	if st.timer != nil {
+		st.timer.Stop() // the deadline's, armed while the request arrived
+		st.timer = nil
+	}
+	if st.timed && !time.Now().Before(st.deadline) {
+		// The client has given up on it: a token spent now would be a
+		// request refused later for nothing.
+		c.finish(st, codes.DeadlineExceeded, errDeadline)
+		return
+	}
 	// The decision runs with wmu held: it does not block, and holding the
 	// lock keeps the answer's frames next to its decision.
 	resp, wait, err := c.s.rls.Answer(req)
@@ -301,13 +322,38 @@ func (c *conn) answerLater(st *stream, resp *rlsv3.RateLimitResponse, wait time.
 			return
 		}
 		if late {
-			c.finish(st, codes.DeadlineExceeded, "context deadline exceeded")
+			c.finish(st, codes.DeadlineExceeded, errDeadline)
 		} else {
 			c.answer(st, resp)
 		}
 		c.wmu.Unlock()
 		c.flush()
 	})
+}
+
+// armDeadlines gives each call opened with a deadline in the last batch of
+// reads, and still waiting for its request, a timer that ends it with
+// DEADLINE_EXCEEDED at that deadline, whether or not its request arrives.
+func (c *conn) armDeadlines() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for i, st := range c.arriving {
+		c.arriving[i] = nil
+		if st.done || st.recvDone || st.timer != nil {
+			continue
+		}
+		st.timer = time.AfterFunc(time.Until(st.deadline), func() {
+			c.wmu.Lock()
+			if st.done || c.closed {
+				c.wmu.Unlock()
+				return
+			}
+			c.finish(st, codes.DeadlineExceeded, errDeadline)
+			c.wmu.Unlock()
+			c.flush()
+		})
+	}
+	c.arriving = c.arriving[:0]
 }
 
 // parseTimeout reads a grpc-timeout: up to eight digits and a unit. Its
