@@ -61,6 +61,11 @@ func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics
 // ShouldRateLimit implements Envoy's RateLimitService: Answer, then, under a
 // wait policy, the wait, which ends early with ctx.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := ctx.Err(); err != nil {
+		// The client has given up on it: never decided, so it spends no
+		// token, as on the direct transport.
+		return nil, status.FromContextError(err).Err()
+	}
 	resp, wait, err := s.Answer(req)
 	if err != nil || wait <= 0 {
 		return resp, err
