@@ -176,6 +176,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /json", a.json)
 	mux.HandleFunc("GET /rlconfig", a.rlconfig)
 	mux.HandleFunc("GET /rlconfig/history", a.historyJSON)
+	mux.HandleFunc("GET /rlconfig/admitted", a.admittedJSON)
 	mux.HandleFunc("GET /status.css", statusStyle)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

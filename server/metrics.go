@@ -47,6 +47,8 @@ type Metrics struct {
 	mu        sync.Mutex
 	rules     map[ruleKey]*ruleSeries // by (domain, rule path)
 	overrides map[string]*ruleSeries  // by domain
+	// retired are the slots of rules that reloads removed (admitted.go).
+	retired []retiredRing
 }
 
 // NewMetrics registers the request path's series and the store's gauges on a

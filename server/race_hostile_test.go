@@ -12,8 +12,8 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors"
 )
 
-// The sampler, marks, the page and /rlconfig/history, traffic and reloads
-// all at once, under -race.
+// The sampler, marks, the page, /rlconfig/history and /rlconfig/admitted,
+// traffic and reloads all at once, under -race.
 func TestStatusPageConcurrent(t *testing.T) {
 	var big strings.Builder
 	big.WriteString("domain: test\ndescriptors:\n")
@@ -48,7 +48,7 @@ func TestStatusPageConcurrent(t *testing.T) {
 	run(func(i int) { a.Mark(MarkReload, fmt.Sprint("generation ", i)) })
 	run(func(i int) { f.call(d("hot=x"), d(fmt.Sprintf("pad%d=y", i%150))) })
 	run(func(i int) {
-		for _, p := range []string{"/", "/?page=2", "/rlconfig/history", "/rlconfig"} {
+		for _, p := range []string{"/", "/?page=2", "/rlconfig/history", "/rlconfig/admitted", "/rlconfig"} {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
 			if rec.Code != 200 {

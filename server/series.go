@@ -1,6 +1,8 @@
 package server
 
 import (
+	"sync/atomic"
+
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,8 @@ type ruleKey struct{ domain, path string }
 type ruleSeries struct {
 	domain, rule     string
 	ok, over, shadow prometheus.Counter
+	// admitted is the rule's slots (admitted.go); nil until it decides.
+	admitted atomic.Pointer[admittedRing]
 
 	// Guarded by Metrics.mu.
 	refs         int             // bound sets that have the rule
@@ -153,12 +157,14 @@ func (m *Metrics) Unbind(set *descriptors.Set) {
 		if s.refs--; s.refs == 0 {
 			delete(m.rules, ruleKey{s.domain, s.rule})
 			m.deleteSeries(s)
+			m.retire(s)
 		}
 	}
 	for d, s := range b.override {
 		if s.refs--; s.refs == 0 {
 			delete(m.overrides, d)
 			m.deleteSeries(s)
+			m.retire(s)
 		}
 	}
 }
@@ -179,7 +185,8 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 	m.shadow.DeleteLabelValues(s.domain, s.rule)
 }
 
-// count records the decisions of one request decided with set.
+// count records the decisions of one request decided with set, in the
+// series and, as decided in slot n of the daemon's clock, in the rules' slots.
 //
 // A reload binds the new set, installs it, then unbinds the old one, while
 // requests decided with the old set may still be on their way here. So:
@@ -198,7 +205,7 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 //
 // It returns the binding it counted with, nil when set is no longer bound, so
 // the response can use the binding's current_limit messages.
-func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status) *boundRules {
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, n int64) *boundRules {
 	var b *boundRules
 	if v, ok := m.bound.Load(set); ok {
 		b = v.(*boundRules)
@@ -228,6 +235,7 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 		} else {
 			br.series.ok.Inc()
 		}
+		br.series.account(n, code == 1)
 		if st.Shadowed {
 			br.series.shadow.Inc()
 		}

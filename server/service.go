@@ -41,8 +41,13 @@ type Options struct {
 // Service answers ShouldRateLimit from the engine. Safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine  *descriptors.Engine
-	clock   func() int64
+	engine *descriptors.Engine
+	clock  func() int64
+	// wall0 is the Unix time, in nanoseconds, at which clock read 0: a
+	// reading's slot of the daemon's accounting is (wall0 + reading) ÷
+	// AdmittedSlot. Fixed at start, so the slots follow the monotonic clock
+	// and a step of the wall clock does not move them.
+	wall0   int64
 	metrics *Metrics
 	opts    Options
 	log     *slog.Logger
@@ -53,7 +58,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
 // NewService returns a service deciding with engine on clock's time.
 func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics, opts Options, log *slog.Logger) *Service {
-	s := &Service{engine: engine, clock: clock, metrics: metrics, opts: opts, log: log}
+	s := &Service{engine: engine, clock: clock, wall0: time.Now().UnixNano() - clock(), metrics: metrics, opts: opts, log: log}
 	s.pool.New = func() any { return &descriptors.Decision{Statuses: make([]descriptors.Status, 0, 8)} }
 	return s
 }
@@ -95,7 +100,8 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 	start := time.Now()
 	dec := s.pool.Get().(*descriptors.Decision)
 	defer s.pool.Put(dec)
-	err = s.engine.Decide(dec, req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), s.clock())
+	now := s.clock()
+	err = s.engine.Decide(dec, req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), now)
 	sts, overall := dec.Statuses, dec.Code
 	if err != nil {
 		if errors.Is(err, descriptors.ErrInvalidRequest) {
@@ -104,7 +110,7 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 		}
 		return nil, 0, status.Error(codes.Internal, err.Error())
 	}
-	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts)
+	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts, s.slot(now))
 	if s.opts.ShadowMode {
 		overall = descriptors.OK
 	}
@@ -118,6 +124,10 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 	}
 	return resp, wait, nil
 }
+
+// slot is the number of the accounting slot (admitted.go) that holds the
+// clock reading now.
+func (s *Service) slot(now int64) int64 { return (s.wall0 + now) / int64(AdmittedSlot) }
 
 func maxWait(sts []descriptors.Status) time.Duration {
 	var w time.Duration
