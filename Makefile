@@ -22,13 +22,31 @@ consul:
 
 test: deps consul lint unit fuzz bench-smoke
 
-# deps installs the Debian tools the tests use when a machine lacks them:
-# systemd-analyze checks the example unit, flock serialises the Consul build,
-# and Chromium loads the status page in TestStatusPageInBrowser (about 50 s
-# to install, with the apt-get update, on a machine without it).
+# deps installs the Debian packages the tests use when a machine lacks them
+# (as root; nothing is installed when all are there): systemd-analyze checks
+# the example unit, flock serialises the Consul build, Chromium loads the
+# status page in TestStatusPageInBrowser (about 50 s to install, with the
+# apt-get update, on a machine without it), and the interop suite (interop/)
+# drives the daemon with clients written elsewhere: nghttp2-client (h2load,
+# nghttp), python3-grpcio (gRPC C-core, for /usr/bin/python3), curl, and
+# Node with npm. `npm ci` then installs @grpc/grpc-js under
+# interop/node_modules, as interop/package-lock.json pins it, unless
+# `npm ls` finds that tree already there.
 deps:
-	@command -v systemd-analyze >/dev/null && command -v flock >/dev/null && command -v chromium >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq systemd util-linux chromium >/dev/null; }
+	@missing=""; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v flock >/dev/null || missing="$$missing util-linux"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	{ command -v h2load && command -v nghttp; } >/dev/null || missing="$$missing nghttp2-client"; \
+	/usr/bin/python3 -c 'import grpc' 2>/dev/null || missing="$$missing python3-grpcio"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	if [[ -n "$$missing" ]]; then \
+	  echo "deps: installing$$missing"; \
+	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@cd interop && { npm ls --all >/dev/null 2>&1 || npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; }
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
