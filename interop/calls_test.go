@@ -10,33 +10,33 @@ import (
 )
 
 // TestCancellations: C-core and grpc-js cancel calls the daemon holds (a
-// wait policy with no token left) and large calls while their bodies are
-// still on the way; each cancel is a RST_STREAM. The connection must keep
-// serving: the next call on it gets its answer.
+// wait policy with no token for a minute) and large calls while their bodies
+// are still on the way; each cancel is a RST_STREAM. The connection must
+// keep serving: the next call on it gets its answer.
 func TestCancellations(t *testing.T) {
 	r258k, w258k := largeRequest(64)
 	forEachTransport(t, func(t *testing.T, d *daemon) {
 		for _, client := range grpcClients {
 			t.Run(client, func(t *testing.T) {
 				tp := newTap(t, d.grpcAddr)
-				held := rq(ds("held", client))
+				stuck := rq(ds("stuck", client))
 				p := plan{Target: tp.addr(), Steps: []step{
 					// the one token
-					calls(false, one(held)),
-					// 7 calls held for 1 to 7 s, cancelled at 200 ms; 20
-					// of 258 KB cancelled 5 ms after they start
+					calls(false, one(stuck)),
+					// 7 calls held for a minute or more, cancelled at
+					// 200 ms; 20 of 258 KB cancelled 5 ms after they start
 					calls(true,
-						call{Req: held, CancelAfterMs: ms(200), Repeat: 7},
+						call{Req: stuck, CancelAfterMs: ms(200), Repeat: 7},
 						call{Req: r258k, CancelAfterMs: ms(5), Repeat: 20}),
 					// the same connection still answers
 					calls(false, one(rq(ds("user", client)))),
 				}}
 				r := runPlan(t, client, p, stall)
-				expect(t, client+" (the token)", r.results(t, 0), []want{answered(codeOK, okRemaining(0, &limit{RequestsPerUnit: 1, Unit: 1}))})
+				expect(t, client+" (the token)", r.results(t, 0), []want{answered(codeOK, okRemaining(0, perMinute(1)))})
 				got := r.results(t, 1)
 				for i, res := range got[:7] {
 					if codes.Code(res.Code) != codes.Canceled {
-						t.Errorf("held call %d: got %s, want Canceled (the daemon holds it for a second or more)", i, res)
+						t.Errorf("held call %d: got %s, want Canceled (the daemon holds it for a minute or more)", i, res)
 					}
 				}
 				for i, res := range got[7:] {
@@ -67,12 +67,12 @@ func TestDeadlines(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, d *daemon) {
 		for _, client := range grpcClients {
 			t.Run(client, func(t *testing.T) {
-				held := rq(ds("held", "deadline-"+client))
+				stuck := rq(ds("stuck", "deadline-"+client))
 				p := plan{Target: d.grpcAddr, Steps: []step{
-					calls(false, one(held), call{Req: held, TimeoutMs: 300}, one(rq(ds("open", "after")))),
+					calls(false, one(stuck), call{Req: stuck, TimeoutMs: 300}, one(rq(ds("open", "after")))),
 				}}
 				expect(t, client, runPlan(t, client, p, stall).results(t, 0), []want{
-					answered(codeOK, okRemaining(0, &limit{RequestsPerUnit: 1, Unit: 1})),
+					answered(codeOK, okRemaining(0, perMinute(1))),
 					failed(codes.DeadlineExceeded, ""),
 					answered(codeOK, unlimited),
 				})

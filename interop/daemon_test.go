@@ -39,9 +39,14 @@ descriptors:
   - key: open
     rate_limit: {unlimited: true}
   # one token a second, and a call that finds none is held until one exists
-  # (up to 10 s): a call the server keeps in flight, to cancel or time out
+  # (up to 10 s): a call the daemon keeps in flight for a second or so
   - key: held
     rate_limit: {unit: second, requests_per_unit: 1, policy: wait, max_wait: 10s}
+  # one token a minute, and a call that finds none is held for a minute or
+  # more: a call in flight until the client cancels it or its deadline comes,
+  # however slow the machine
+  - key: stuck
+    rate_limit: {unit: minute, requests_per_unit: 1, policy: wait, max_wait: 10m}
   # a long rule name makes every status carry it: large answers
   - key: wide
     rate_limit: {name: ` + wideName + `, unit: day, requests_per_unit: 1000000}

@@ -68,7 +68,7 @@ func TestHeaderLists(t *testing.T) {
 					calls(false, one(open)),
 				}}
 				r := runPlan(t, client, p, stall)
-				heldOK := answered(codeOK, okRemaining(0, &limit{RequestsPerUnit: 1, Unit: 1}))
+				heldOK := answered(codeOK, okRemaining(0, perSecond(1)))
 				expect(t, client+" (the token)", r.results(t, 0), []want{heldOK})
 				got := r.results(t, 1)
 				if len(got) != len(concurrent) {

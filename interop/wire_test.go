@@ -39,8 +39,10 @@ type override struct {
 
 // Units and codes as on the wire.
 const (
-	hour = int32(typev3.RateLimitUnit_HOUR)
-	day  = int32(typev3.RateLimitUnit_DAY)
+	second = int32(typev3.RateLimitUnit_SECOND)
+	minute = int32(typev3.RateLimitUnit_MINUTE)
+	hour   = int32(typev3.RateLimitUnit_HOUR)
+	day    = int32(typev3.RateLimitUnit_DAY)
 
 	codeOK   = int(rlsv3.RateLimitResponse_OK)
 	codeOver = int(rlsv3.RateLimitResponse_OVER_LIMIT)
@@ -197,6 +199,8 @@ func failed(code codes.Code, detail string) want { return want{code: code, detai
 func okRemaining(rem uint32, l *limit) status { return status{Code: codeOK, Remaining: rem, Limit: l} }
 func over(l *limit) status                    { return status{Code: codeOver, Limit: l} }
 func perDay(n uint32) *limit                  { return &limit{RequestsPerUnit: n, Unit: day} }
+func perMinute(n uint32) *limit               { return &limit{RequestsPerUnit: n, Unit: minute} }
+func perSecond(n uint32) *limit               { return &limit{RequestsPerUnit: n, Unit: second} }
 
 var (
 	unlimited = status{Code: codeOK, Remaining: math.MaxUint32}
