@@ -203,7 +203,7 @@ func TestLeader(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-c.done })
 		cs[i] = c
 	}
-	// An oversized report is skipped and counted.
+	// An oversized report is marked, passed without its value, and counted.
 	if _, err := client.KV().Put(&api.KVPair{Key: testKeys.Report("huge"), Value: bytes.Repeat([]byte("x"), 65)}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +215,13 @@ func TestLeader(t *testing.T) {
 		lead, follow = cs[1], cs[0]
 	}
 	snap := lead.last.Load()
-	if len(snap.Reports) != 2 || snap.Reports[0].Node != "node-a" || snap.Reports[1].Node != "node-b" {
-		t.Fatalf("snapshot reports %+v, want node-a and node-b", snap.Reports)
+	if len(snap.Reports) != 3 || snap.Reports[0].Node != "huge" || snap.Reports[1].Node != "node-a" || snap.Reports[2].Node != "node-b" {
+		t.Fatalf("snapshot reports %+v, want huge, node-a and node-b", snap.Reports)
 	}
-	for _, r := range snap.Reports {
+	if huge := snap.Reports[0]; !huge.Oversized || huge.Value != nil || huge.ModifyIndex == 0 {
+		t.Errorf("the oversized report is given as %+v, want marked, without its value", huge)
+	}
+	for _, r := range snap.Reports[1:] {
 		if r.ModifyIndex > snap.Index || r.Session == "" {
 			t.Errorf("report %s at index %d (session %q) in a snapshot at %d", r.Node, r.ModifyIndex, r.Session, snap.Index)
 		}
@@ -377,4 +380,72 @@ func TestDeadReplicaReportExpires(t *testing.T) {
 	if gone < MinTTL-time.Second {
 		t.Errorf("the report went after %v, before the TTL", gone)
 	}
+}
+
+// TestPublisherTakesOverAPreviousProcess: a process of the same node and
+// service killed before its session expired left its report (and the leader
+// lock) held by that session. The next process's first write ends that
+// session, which deletes what it held, and writes its own report at once,
+// not after the TTL. A key held by a session of another name stays refused.
+func TestPublisherTakesOverAPreviousProcess(t *testing.T) {
+	a := consultest.Start(t)
+	client := a.Client()
+	ctx := context.Background()
+	const name = "sharelimit demand web node-a"
+	dead := rawSession(t, client, &api.SessionEntry{Name: name, TTL: "60s", Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond})
+	fake := &Session{client: client}
+	fake.set(dead)
+	if _, err := NewPublisher(client, testKeys, "node-a", fake).Publish(ctx, []byte("stale")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := client.KV().Acquire(&api.KVPair{Key: testKeys.Leader(), Value: []byte("node-a"), Session: dead}, nil); err != nil || !ok {
+		t.Fatalf("the dead process's leader lock: %v %v", ok, err)
+	}
+
+	s, _ := runSession(t, client, name)
+	idx, err := NewPublisher(client, testKeys, "node-a", s).Publish(ctx, []byte("fresh"))
+	if err != nil {
+		t.Fatalf("the restarted process's first write: %v", err)
+	}
+	id, _ := s.ID()
+	pair, _, err := client.KV().Get(testKeys.Report("node-a"), nil)
+	if err != nil || pair == nil || string(pair.Value) != "fresh" || pair.Session != id || pair.ModifyIndex != idx {
+		t.Fatalf("the report after the take-over: %+v (%v); want ours, at %d", pair, err, idx)
+	}
+	if info, _, _ := client.Session().Info(dead, nil); info != nil {
+		t.Errorf("the previous process's session still exists")
+	}
+	if lock, _, _ := client.KV().Get(testKeys.Leader(), nil); lock != nil && lock.Session == dead {
+		t.Errorf("the previous process's leader lock is still held")
+	}
+
+	// A key held by a session of another name is not taken.
+	other := rawSession(t, client, &api.SessionEntry{Name: "someone else", TTL: "60s", Behavior: api.SessionBehaviorDelete})
+	if ok, _, err := client.KV().Acquire(&api.KVPair{Key: testKeys.Report("node-b"), Value: []byte("theirs"), Session: other}, nil); err != nil || !ok {
+		t.Fatalf("acquire for the other session: %v %v", ok, err)
+	}
+	if _, err := NewPublisher(client, testKeys, "node-b", s).Publish(ctx, []byte("ours")); !errors.Is(err, ErrRefused) {
+		t.Errorf("a key held by a session of another name: %v, want ErrRefused", err)
+	}
+	if info, _, _ := client.Session().Info(other, nil); info == nil {
+		t.Errorf("the session of another name was ended")
+	}
+}
+
+// TestPublisherSessionGone: a write with a session destroyed behind its back
+// is refused as ErrSessionGone, and the session is replaced at once rather
+// than at its next renewal (TTL/2).
+func TestPublisherSessionGone(t *testing.T) {
+	a := consultest.Start(t)
+	client := a.Client()
+	s, _ := runSession(t, client, "gone")
+	id, _ := s.ID()
+	if _, err := client.Session().Destroy(id, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewPublisher(client, testKeys, "node-a", s).Publish(context.Background(), []byte("x"))
+	if !errors.Is(err, ErrSessionGone) || !errors.Is(err, ErrRefused) {
+		t.Fatalf("a write with a destroyed session: %v, want ErrSessionGone", err)
+	}
+	waitFor(t, MinTTL/2-time.Second, "a new session before the next renewal", func() bool { nid, _ := s.ID(); return nid != "" && nid != id })
 }

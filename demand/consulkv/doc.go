@@ -12,7 +12,11 @@
 // The session has a TTL and no checks (the e2e topology, and many real ones,
 // register external nodes that have no serf health check), and behaviour
 // "delete", so a dead replica's report disappears by itself once its session
-// expires, and the leader lock passes on the same way.
+// expires, and the leader lock passes on the same way. A replica restarted
+// before its previous process's session expired finds its key locked by that
+// session, which bears its own name ("sharelimit demand <service> <node>"):
+// it ends that session, once, and writes its own report at once, rather than
+// being refused for up to twice the TTL (Publisher).
 //
 // Keys, under a prefix such as sharelimit/demand/, per service:
 //

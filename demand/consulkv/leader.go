@@ -23,9 +23,11 @@ type Snapshot struct {
 // KVReport is one report as read.
 type KVReport struct {
 	Node        string
-	Value       []byte
+	Value       []byte // nil when Oversized
 	ModifyIndex uint64
 	Session     string
+	// Oversized: the value was larger than MaxValue, and is not given.
+	Oversized bool
 }
 
 // LeaderConfig configures a Leader.
@@ -36,7 +38,8 @@ type LeaderConfig struct {
 	// before each wait and may stretch it (the service's write budget).
 	Interval time.Duration
 	Every    func() time.Duration
-	// MaxValue bounds a report: larger ones are skipped and counted.
+	// MaxValue bounds a report: larger ones are passed to divide without
+	// their value, marked Oversized, and counted.
 	MaxValue int
 	// Steal, when set, is asked about a lock held by another session, with
 	// the holder's node: true destroys the holder's session (which frees
@@ -157,6 +160,11 @@ func (l *Leader) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
+			if strings.Contains(err.Error(), "invalid session") {
+				// Destroyed behind our back: have a new one made now,
+				// not at the next renewal.
+				l.s.Check()
+			}
 			errs++
 			l.fail(err)
 			l.log.Warn("demand leader", "service", l.cfg.Keys.Service, "err", err)
@@ -228,11 +236,12 @@ func (l *Leader) round(ctx context.Context, id string) error {
 		if node == "" || strings.Contains(node, "/") {
 			continue
 		}
+		r := KVReport{Node: node, Value: p.Value, ModifyIndex: p.ModifyIndex, Session: p.Session}
 		if l.cfg.MaxValue > 0 && len(p.Value) > l.cfg.MaxValue {
 			skipped++
-			continue
+			r.Value, r.Oversized = nil, true
 		}
-		snap.Reports = append(snap.Reports, KVReport{Node: node, Value: p.Value, ModifyIndex: p.ModifyIndex, Session: p.Session})
+		snap.Reports = append(snap.Reports, r)
 	}
 	slices.SortFunc(snap.Reports, func(a, b KVReport) int { return strings.Compare(a.Node, b.Node) })
 	value, err := l.divide(snap)

@@ -36,6 +36,8 @@ type Session struct {
 	id      string
 	gen     uint64
 	renewed time.Time // the last successful create or renewal
+	// check wakes Run to renew at once: a write found the session gone.
+	check chan struct{}
 }
 
 // NewSession returns a session that Run creates and keeps.
@@ -50,7 +52,21 @@ func NewSession(client *api.Client, cfg SessionConfig) (*Session, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Session{client: client, cfg: cfg, log: log}, nil
+	return &Session{client: client, cfg: cfg, log: log, check: make(chan struct{}, 1)}, nil
+}
+
+// Name is the session's name in Consul: a later process of the same
+// replica uses the same one, which is how it knows its predecessor's.
+func (s *Session) Name() string { return s.cfg.Name }
+
+// Check asks Run to renew now rather than at its next turn: a write was
+// refused as if the session were gone, and if it is, a new one is made at
+// once instead of up to TTL/2 later.
+func (s *Session) Check() {
+	select {
+	case s.check <- struct{}{}:
+	default:
+	}
 }
 
 // ID is the session's ID ("" while there is none) and its generation, which
@@ -128,11 +144,24 @@ func (s *Session) Run(ctx context.Context) error {
 		} else {
 			errs = 0
 		}
-		if !sleep(ctx.Done(), wait) {
+		if !s.wait(ctx.Done(), wait) {
 			s.destroy()
 			return nil
 		}
 	}
+}
+
+// wait is sleep that Check cuts short.
+func (s *Session) wait(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+	case <-s.check:
+	}
+	return true
 }
 
 func (s *Session) destroy() {
