@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,7 +84,6 @@ type demander struct {
 	hist     demand.History
 	params   *demand.Params
 	gotAt    time.Time // when params arrived
-	seen     uint64    // the highest index the params watch has seen
 	badParam uint64
 	badRep   uint64
 	last     *demand.Report // the last report written, as decoded
@@ -351,8 +351,11 @@ func (d *demander) write(ctx context.Context, r *demand.Report, now time.Time) {
 		d.lastAt = now
 		d.log.Warn("demand report refused", "service", d.v.service, "err", err)
 	case err != nil:
+		// It may have been written all the same (an error on the way
+		// back): the history does not record it. A division that counted
+		// it lists this replica at an index it does not know, which it
+		// reads as Unknown, the floor of its share.
 		d.failures++
-		d.hist.Failed(d.seen)
 		d.lastAt = now // back off for one interval
 		d.log.Warn("demand report not written", "service", d.v.service, "err", err)
 	default:
@@ -365,10 +368,7 @@ func (d *demander) write(ctx context.Context, r *demand.Report, now time.Time) {
 
 // onParams is the watch's delivery: the leader's parameters, or nil when
 // the key is gone.
-func (d *demander) onParams(value []byte, index uint64) {
-	d.mu.Lock()
-	d.seen = max(d.seen, index)
-	d.mu.Unlock()
+func (d *demander) onParams(value []byte, _ uint64) {
 	if value == nil {
 		return // the last parameters stand until they go stale
 	}
@@ -438,7 +438,12 @@ func (d *demander) target(b descriptors.DemandBinding, now time.Time) float64 {
 func (d *demander) weigh(rule demand.Rule, own func(*demand.Report) (float64, bool), limit, equal float64, now time.Time) float64 {
 	mv := d.v.cur.Load()
 	view := uint32(max(mv.TotalWeight, 1))
-	rep, standing := d.hist.Reported(d.params)
+	// Only a report the parameters list, at an index this replica wrote,
+	// was divided with: the leader counted any other replica at its equal
+	// share and left it that, or counted a report under this replica's
+	// name that it does not know (a previous process's, say) and left it
+	// that report's share, at least the floor.
+	rep, standing := d.hist.Reported(d.params, d.set.node)
 	units, offered, absent := uint32(max(mv.LocalWeight, 1)), 0.0, false
 	switch standing {
 	case demand.Counted:
@@ -449,13 +454,19 @@ func (d *demander) weigh(rule demand.Rule, own func(*demand.Report) (float64, bo
 	case demand.Absent:
 		absent = true
 	case demand.Unknown:
-		// The smallest share a present replica gets: demand 0.
+		// The smallest share a counted replica gets: demand 0.
 	}
 	share, ok := demand.Share(rule, units, offered, absent, view)
 	if !ok {
 		return equal
 	}
 	w := min(1, max(share/limit, 1e-9))
+	if standing != demand.Counted {
+		// Never more than the equal share from a division that did not
+		// count this replica's own report (Share gives no more already;
+		// the membership's equal share may be smaller still).
+		w = min(w, equal)
+	}
 	if mv.Local == 0 {
 		// This node has no passing instance: the leader does not count
 		// this replica's report (it is not one of the replicas the view
@@ -527,11 +538,14 @@ func (d *demander) aim(g int, want float64, now time.Time, mono int64) {
 	}
 }
 
-// reportEntry is one report of a snapshot, and whether it counts: a report
-// under a key of another node's name does not.
+// reportEntry is one report of a snapshot, and whether the division counts
+// it: only a report the parameters list does (a report under a key of
+// another node's name, or at an index they cannot name, adds its units to
+// the division and nothing else).
 type reportEntry struct {
-	rep   demand.Report
-	fresh bool
+	rep     demand.Report
+	counted bool
+	index   uint64
 }
 
 // divide is the leader's division of one snapshot of the reports.
@@ -539,6 +553,7 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 	now := d.wall()
 	mv := d.v.cur.Load()
 	var reps []reportEntry
+	atIndex := map[uint64]int{}
 	for _, kv := range snap.Reports {
 		if !d.passing(kv.Node) {
 			// Its node has left the service (deregistered, or failing its
@@ -550,17 +565,34 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 			d.mu.Lock()
 			d.badRep++
 			d.mu.Unlock()
-			continue // counted, and its replica counts at its equal share
+			continue // its replica is not listed, and keeps its equal share
 		}
 		// A report stands until its session ends (it is then deleted)
 		// or its node leaves the service. Judging it stale sooner would
 		// hand its share to the others while the replica, cut off from
 		// Consul, still enforces it; the replica itself falls back to at
 		// most its equal share before its session can expire (target).
-		reps = append(reps, reportEntry{r, r.Node == kv.Node})
+		e := reportEntry{rep: r, counted: r.Node == kv.Node && kv.ModifyIndex >= 1 && kv.ModifyIndex <= snap.Index, index: kv.ModifyIndex}
+		if e.counted {
+			atIndex[e.index]++
+		}
+		reps = append(reps, e)
 	}
 	h, f := demand.DefaultHeadroom, demand.DefaultFloor
 	p := demand.Params{At: now.UnixNano(), Snapshot: snap.Index, Headroom: h, Floor: f, Leader: d.set.node}
+	for i := range reps {
+		e := &reps[i]
+		// Two reports written at one index (one transaction) could not
+		// be told apart by their replicas: neither counts. Past
+		// MaxReports, the rest count at their equal shares.
+		if e.counted && (atIndex[e.index] > 1 || len(p.Reports) == demand.MaxReports) {
+			e.counted = false
+		}
+		if e.counted {
+			p.Reports = append(p.Reports, demand.ReportRef{Index: e.index, Node: demand.TagOf(e.rep.Node)})
+		}
+	}
+	slices.SortFunc(p.Reports, func(a, b demand.ReportRef) int { return cmp.Compare(a.Index, b.Index) })
 	view := uint32(max(mv.TotalWeight, 1))
 	var division []server.DemandReplica
 	values := 0
@@ -583,8 +615,8 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 		wants := make([]demand.Want, 0, len(reps))
 		var admitted float64
 		for _, e := range reps {
-			w := demand.Want{Units: e.rep.Units, Absent: !e.fresh}
-			if rd := e.rep.Find(id); rd != nil && e.fresh {
+			w := demand.Want{Units: e.rep.Units, Absent: !e.counted}
+			if rd := e.rep.Find(id); rd != nil && e.counted {
 				w.Offered = rd.Offered
 				admitted += rd.Admitted
 			} else {

@@ -22,6 +22,9 @@ type demandRig struct {
 	rule descriptors.DemandBinding
 	now  time.Time
 	idx  uint64
+	// wroteAt is the index of this replica's latest write, which the
+	// parameters the rig delivers list as counted; 0 before any.
+	wroteAt uint64
 }
 
 func newDemandRig(t *testing.T) *demandRig {
@@ -59,6 +62,16 @@ func (r *demandRig) wrote(offered float64) {
 	r.d.mu.Lock()
 	r.d.hist.Add(r.idx, dec)
 	r.d.mu.Unlock()
+	r.wroteAt = r.idx
+}
+
+// counted is the list of reports the rig's parameters divided: this
+// replica's latest write (the others' do not matter to it).
+func (r *demandRig) counted() []demand.ReportRef {
+	if r.wroteAt == 0 {
+		return nil
+	}
+	return []demand.ReportRef{{Index: r.wroteAt, Node: demand.TagOf("n1")}}
 }
 
 // params delivers parameters dividing 400 among four replicas wanting
@@ -70,7 +83,7 @@ func (r *demandRig) params(offered ...float64) {
 		wants[i] = demand.Want{Units: 1, Offered: o}
 	}
 	rule := demand.Divide(400, 4, wants, demand.DefaultHeadroom, demand.DefaultFloor)
-	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: "n2",
+	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Reports: r.counted(), Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: "n2",
 		Rules: []demand.RuleParams{{ID: demand.RuleIDOf(r.rule.State.Identity()), Limit: 400, K: rule.K, R: rule.R}}}
 	b, err := demand.AppendParams(nil, &p)
 	if err != nil {

@@ -192,7 +192,7 @@ func (d *demander) divideValues(b descriptors.DemandBinding, id demand.RuleID, l
 	equalUnits := units
 	for _, e := range reps {
 		rd := e.rep.Find(id)
-		if !e.fresh || rd == nil {
+		if !e.counted || rd == nil {
 			continue
 		}
 		rp.Admitted += rd.Admitted
@@ -228,7 +228,7 @@ func (d *demander) divideValues(b descriptors.DemandBinding, id demand.RuleID, l
 		var admitted float64
 		for _, e := range reps {
 			w := demand.Want{Units: e.rep.Units, Absent: true}
-			if rd := e.rep.Find(id); rd != nil && e.fresh {
+			if rd := e.rep.Find(id); rd != nil && e.counted {
 				if v := rd.FindValue(vid); v != nil {
 					w.Offered, w.Absent = v.Offered, false
 					admitted += v.Admitted

@@ -84,6 +84,7 @@ func (r *valueRig) wroteValues(values map[string]float64) {
 	r.d.mu.Lock()
 	r.d.hist.Add(r.idx, dec)
 	r.d.mu.Unlock()
+	r.wroteAt = r.idx
 }
 
 func sortValues(vs []demand.ValueDemand) {
@@ -118,7 +119,7 @@ func (r *valueRig) valueParams(hot map[string][]float64) {
 			}
 		}
 	}
-	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Units: units, Headroom: demand.DefaultHeadroom, Floor: demand.DefaultFloor,
+	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Reports: r.counted(), Units: units, Headroom: demand.DefaultHeadroom, Floor: demand.DefaultFloor,
 		Leader: "n2", Rules: []demand.RuleParams{rp}}
 	b, err := demand.AppendParams(nil, &p)
 	if err != nil {
@@ -232,7 +233,9 @@ func TestDemanderReportsValues(t *testing.T) {
 func TestLeaderDividesValues(t *testing.T) {
 	r := newValueRig(t)
 	rid := demand.RuleIDOf(r.rule.State.Identity())
+	var index uint64
 	report := func(node string, values map[string]float64) consulkv.KVReport {
+		index++
 		rd := demand.RuleDemand{ID: rid}
 		for v, o := range values {
 			rd.Values = append(rd.Values, demand.ValueDemand{ID: r.id(v), Offered: o, Admitted: min(o, 100)})
@@ -242,7 +245,7 @@ func TestLeaderDividesValues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return consulkv.KVReport{Node: node, Value: b}
+		return consulkv.KVReport{Node: node, Value: b, ModifyIndex: index}
 	}
 	snap := consulkv.Snapshot{Index: 7, Reports: []consulkv.KVReport{
 		report("n1", map[string]float64{"a": 1000, "b": 60, "c": 40}),

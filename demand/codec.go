@@ -13,7 +13,7 @@ import (
 // Wire format, shared by reports and parameters:
 //
 //	magic   "SLD"            3 bytes
-//	version 2                1 byte
+//	version 3                1 byte
 //	kind    1 report, 2 params
 //	body                     (below)
 //	crc     CRC-32C          4 bytes, little endian, of everything before it
@@ -29,18 +29,31 @@ import (
 // (8 bytes), offered, admitted and its values: count, then per value its
 // ID (8 bytes), offered and admitted.
 //
-// params body: at, snapshot, cutoff, units, headroom, floor, leader, rules:
-// count, then per rule its ID (8 bytes), limit, K, R, the cluster's
-// admitted rate and its values: count, then per value its ID (8 bytes), K,
-// R and the cluster's admitted rate.
+// params body: at, snapshot, units, headroom, floor, leader, the reports
+// divided: count, then per report, from the latest write down, the gap to
+// its index (from the snapshot for the first, from the previous for the
+// others, which is at least 1) and its node's tag (2 bytes, little endian);
+// then rules: count, then per rule its ID (8 bytes), limit, K, R, the
+// cluster's admitted rate and its values: count, then per value its ID (8
+// bytes), K, R and the cluster's admitted rate.
 //
 // Values are a per-value rule's hot values (and, in reports, candidates),
 // sorted by ID, without duplicates; a rule with one bucket has none.
-// Version 1 had no values; a replica of another version reads a record of
-// this one as absent, and its peers count it at its equal share.
+//
+// Versions. Version 1 had no values. Version 2 had no list of the reports
+// divided, and a cutoff index in its place, which the leader never set: a
+// replica could not tell a division that counted its report from one that
+// did not. A version 3 reader refuses reports of other versions (their
+// replicas count at their equal share), and reads version 2 parameters as
+// dividing no report at all, so under an older leader every replica keeps
+// at most its equal share: the older leader cannot read a version 3 report
+// either, and counts its replica at its equal share too. A version 2 reader
+// refuses version 3 records, as it did version 1's.
 const (
 	magic   = "SLD"
-	version = 2
+	version = 3
+	// legacyParams is the older parameters' version that is still read.
+	legacyParams = 2
 
 	kindReport = 1
 	kindParams = 2
@@ -52,9 +65,14 @@ const (
 	// MaxValues bounds the values of one report or parameter set, over all
 	// its rules.
 	MaxValues = 4096
+	// MaxReports bounds the reports one parameter set lists: a division
+	// of a service with more replicas lists the first MaxReports by node
+	// name and counts the others at their equal shares.
+	MaxReports = 8192
 	// MaxSize bounds an encoded report or parameter set: MaxRules rules,
-	// MaxValues values and the longest node name fit with room to spare.
-	MaxSize = 32 + MaxNode + 8 + MaxRules*(8+4*4+3) + MaxValues*(8+3*4)
+	// MaxValues values, MaxReports reports and the longest node name fit
+	// with room to spare.
+	MaxSize = 32 + MaxNode + 8 + MaxRules*(8+4*4+3) + MaxValues*(8+3*4) + MaxReports*(10+2)
 )
 
 // ErrFormat marks bytes that are not a valid report or parameter set.
@@ -113,14 +131,39 @@ func (r *RuleDemand) FindValue(id uint64) *ValueDemand {
 type Params struct {
 	At       int64  // the leader's wall clock when it divided, Unix nanoseconds
 	Snapshot uint64 // the Consul index the reports were read at
-	// Cutoff: a report written at a lower index was too old to count, so
-	// its replica was counted at its equal share.
-	Cutoff   uint64
+	// Reports are the reports the division counted, each by the index of
+	// its write and its node's tag, sorted by index: a replica finds its
+	// own there, and one that does not took no part in the division
+	// beyond its equal share (History.Reported). Indices are at most
+	// Snapshot and at least 1, without duplicates.
+	Reports  []ReportRef
 	Units    uint32 // U, the units divided among
 	Headroom float64
 	Floor    float64
 	Leader   string
 	Rules    []RuleParams // sorted by ID
+}
+
+// ReportRef names one report a division counted: the Consul index its
+// write got (a write's index is its own: no other report has it) and the
+// tag of the node whose key held it.
+type ReportRef struct {
+	Index uint64
+	Node  NodeTag
+}
+
+// NodeTag is a node name in two bytes, as a parameter set lists the
+// reports it divided. Two nodes may share a tag: a replica that finds its
+// tag at an index it did not write reads that as a report it cannot know
+// (Unknown), which is tighter, never looser, than what it would otherwise
+// take.
+type NodeTag uint16
+
+// TagOf is node's tag: the low bits of FNV-1a of its name.
+func TagOf(node string) NodeTag {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return NodeTag(h.Sum64())
 }
 
 // RuleParams is one rule's division.
@@ -258,20 +301,33 @@ func AppendReport(b []byte, r *Report) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
 
-// AppendParams appends p's encoding to b; see AppendReport.
+// AppendParams appends p's encoding to b; see AppendReport. It also fails
+// on reports out of order or repeated, at index 0 or above the snapshot.
 func AppendParams(b []byte, p *Params) ([]byte, error) {
-	if len(p.Rules) > MaxRules || len(p.Leader) > MaxNode {
-		return b, fmt.Errorf("%w: %d rules, leader name of %d bytes", ErrFormat, len(p.Rules), len(p.Leader))
+	if len(p.Rules) > MaxRules || len(p.Leader) > MaxNode || len(p.Reports) > MaxReports {
+		return b, fmt.Errorf("%w: %d rules, %d reports, leader name of %d bytes", ErrFormat, len(p.Rules), len(p.Reports), len(p.Leader))
 	}
 	if err := checkOrder(p.Rules); err != nil {
 		return b, err
+	}
+	for i, r := range p.Reports {
+		if r.Index == 0 || r.Index > p.Snapshot || (i > 0 && p.Reports[i-1].Index >= r.Index) {
+			return b, fmt.Errorf("%w: reports not sorted by index, or at index 0 or past the snapshot", ErrFormat)
+		}
 	}
 	start := len(b)
 	b = append(b, magic...)
 	b = append(b, version, kindParams)
 	b = binary.AppendVarint(b, p.At)
 	b = binary.AppendUvarint(b, p.Snapshot)
-	b = binary.AppendUvarint(b, p.Cutoff)
+	b = binary.AppendUvarint(b, uint64(len(p.Reports)))
+	next := p.Snapshot
+	for i := len(p.Reports) - 1; i >= 0; i-- {
+		r := p.Reports[i]
+		b = binary.AppendUvarint(b, next-r.Index)
+		b = binary.LittleEndian.AppendUint16(b, uint16(r.Node))
+		next = r.Index
+	}
 	b = binary.AppendUvarint(b, uint64(p.Units))
 	b = appendDown(b, p.Headroom)
 	b = appendDown(b, p.Floor)
@@ -300,7 +356,7 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 // error wrapping ErrFormat.
 func DecodeReport(b []byte) (Report, error) {
 	var r Report
-	d, err := open(b, kindReport)
+	d, err := open(b, kindReport, version)
 	if err != nil {
 		return r, err
 	}
@@ -333,16 +389,21 @@ func DecodeReport(b []byte) (Report, error) {
 }
 
 // DecodeParams decodes a parameter set; see DecodeReport. K must lie in
-// [0, 1] and R in [0, 1].
+// [0, 1] and R in [0, 1]. A version 2 parameter set decodes with no
+// reports: it counted none that a replica can recognise as its own.
 func DecodeParams(b []byte) (Params, error) {
 	var p Params
-	d, err := open(b, kindParams)
+	d, err := open(b, kindParams, version, legacyParams)
 	if err != nil {
 		return p, err
 	}
 	p.At = d.varint()
 	p.Snapshot = d.uvarint()
-	p.Cutoff = d.uvarint()
+	if b[len(magic)] == legacyParams {
+		d.uvarint() // the cutoff, which no leader set
+	} else {
+		p.Reports = d.reports(p.Snapshot)
+	}
 	p.Units = d.uint32()
 	p.Headroom = d.rate()
 	p.Floor = d.rate()
@@ -410,7 +471,7 @@ type decoder struct {
 	nvalues int
 }
 
-func open(b []byte, kind byte) (*decoder, error) {
+func open(b []byte, kind byte, versions ...byte) (*decoder, error) {
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrFormat, len(b), MaxSize)
 	}
@@ -421,7 +482,7 @@ func open(b []byte, kind byte) (*decoder, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrFormat)
 	}
-	if v := b[len(magic)]; v != version {
+	if v := b[len(magic)]; !slices.Contains(versions, v) {
 		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, version)
 	}
 	if k := b[len(magic)+1]; k != kind {
@@ -498,6 +559,43 @@ func (d *decoder) values() int {
 	}
 	d.nvalues += int(v)
 	return int(v)
+}
+
+// reports reads a parameter set's reports, each at most snapshot and at
+// least 1, and returns them sorted by index.
+func (d *decoder) reports(snapshot uint64) []ReportRef {
+	v := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if v > MaxReports {
+		d.fail(fmt.Sprintf("%d reports, more than %d", v, MaxReports))
+		return nil
+	}
+	if v == 0 {
+		return nil
+	}
+	out := make([]ReportRef, v)
+	next := snapshot
+	for i := len(out) - 1; i >= 0 && d.err == nil; i-- {
+		gap := d.uvarint()
+		if len(d.b) < 2 {
+			d.fail("truncated node tag")
+			return nil
+		}
+		tag := NodeTag(binary.LittleEndian.Uint16(d.b))
+		d.b = d.b[2:]
+		if (gap == 0 && i < len(out)-1) || gap >= next {
+			d.fail("report indices repeated, past the snapshot or at 0")
+			return nil
+		}
+		next -= gap
+		out[i] = ReportRef{Index: next, Node: tag}
+	}
+	if d.err != nil {
+		return nil
+	}
+	return out
 }
 
 func (d *decoder) string() string {

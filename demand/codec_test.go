@@ -25,8 +25,9 @@ func sampleReport() Report {
 
 func sampleParams() Params {
 	return Params{
-		At: 1_780_000_001_000_000_000, Snapshot: 9001, Cutoff: 8990, Units: 4, Headroom: 0.1, Floor: 0.1, Leader: "node-b",
-		Rules: []RuleParams{{ID: 7, Limit: 400, K: 0.25, R: 0.0625, Admitted: 399.5, Values: []ValueParams{{ID: 3, K: 0.5, R: 0.125, Admitted: 380}}}},
+		At: 1_780_000_001_000_000_000, Snapshot: 9001, Units: 4, Headroom: 0.1, Floor: 0.1, Leader: "node-b",
+		Reports: []ReportRef{{Index: 8990, Node: TagOf("node-a")}, {Index: 8999, Node: TagOf("node-b")}, {Index: 9001, Node: TagOf("node-c")}},
+		Rules:   []RuleParams{{ID: 7, Limit: 400, K: 0.25, R: 0.0625, Admitted: 399.5, Values: []ValueParams{{ID: 3, K: 0.5, R: 0.125, Admitted: 380}}}},
 	}
 }
 
@@ -66,9 +67,87 @@ func TestCodecGolden(t *testing.T) {
 		}
 	}
 	// A rule takes 8 bytes of ID, 4 per figure and a byte of value count;
-	// a value 8 and 4 per figure.
-	if len(rb) > 100 || len(pb) > 84 {
-		t.Errorf("a two-rule report with two values is %d bytes and a one-rule parameter set with one value %d: more than 100 and 84", len(rb), len(pb))
+	// a value 8 and 4 per figure; a report divided, 2 bytes of tag and its
+	// index's gap to the one before (a byte while writes are near).
+	if len(rb) > 100 || len(pb) > 84+3*3 {
+		t.Errorf("a two-rule report with two values is %d bytes and a one-rule parameter set with one value and three reports %d: more than 100 and 93", len(rb), len(pb))
+	}
+}
+
+// TestCodecReadsVersion2Params: parameters of the previous version (no list
+// of the reports divided) decode with none listed, so every replica reads
+// itself as not counted and keeps at most its equal share; reports of the
+// previous version are refused.
+func TestCodecReadsVersion2Params(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "params-v2.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := DecodeParams(b)
+	if err != nil {
+		t.Fatalf("version 2 parameters: %v", err)
+	}
+	want := sampleParams()
+	if p.Reports != nil || p.Snapshot != want.Snapshot || p.Units != want.Units || p.Leader != want.Leader || len(p.Rules) != 1 || !reflect.DeepEqual(p.Rules[0], want.Rules[0]) {
+		t.Errorf("version 2 parameters decoded as %+v", p)
+	}
+	var h History
+	h.Add(8990, Report{Seq: 1})
+	if _, s := h.Reported(&p, "node-a"); s != Absent {
+		t.Errorf("a replica under version 2 parameters: %v, want not counted", s)
+	}
+	r := sampleReport()
+	sortRules(&r)
+	rb, _ := AppendReport(nil, &r)
+	rb[len(magic)] = legacyParams
+	rb = append(rb[:len(rb)-4], le32(crc(rb[:len(rb)-4]))...)
+	if _, err := DecodeReport(rb); !errors.Is(err, ErrFormat) {
+		t.Errorf("a version 2 report: %v, want ErrFormat", err)
+	}
+}
+
+// TestCodecReports: the reports a division lists round-trip; the encoder
+// refuses them out of order, repeated, at 0 or past the snapshot, and the
+// decoder refuses the same once resealed.
+func TestCodecReports(t *testing.T) {
+	for _, refs := range [][]ReportRef{
+		{{Index: 5, Node: 1}, {Index: 5, Node: 2}},
+		{{Index: 6, Node: 1}, {Index: 5, Node: 2}},
+		{{Index: 0, Node: 1}},
+		{{Index: 11, Node: 1}},
+	} {
+		p := Params{Snapshot: 10, Reports: refs}
+		if _, err := AppendParams(nil, &p); !errors.Is(err, ErrFormat) {
+			t.Errorf("reports %v at snapshot 10: %v, want ErrFormat", refs, err)
+		}
+	}
+	p := Params{Snapshot: 10, Reports: []ReportRef{{Index: 1, Node: 7}, {Index: 2, Node: 7}, {Index: 10, Node: 0xffff}}}
+	b, err := AppendParams(nil, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeParams(b)
+	if err != nil || !reflect.DeepEqual(got.Reports, p.Reports) {
+		t.Fatalf("reports %+v (%v), want %+v", got.Reports, err, p.Reports)
+	}
+	// The body after at (1 byte) and snapshot (1 byte): count 3, then
+	// gaps 0, 8 and 1, each with its tag. Rewrite a gap and reseal.
+	gapAt := []int{len(magic) + 2 + 3, len(magic) + 2 + 6, len(magic) + 2 + 9}
+	if b[gapAt[0]] != 0 || b[gapAt[1]] != 8 || b[gapAt[2]] != 1 {
+		t.Fatalf("layout changed: %x", b)
+	}
+	for name, edit := range map[string]func(c []byte){
+		"a repeated index":  func(c []byte) { c[gapAt[1]] = 0 },
+		"an index of 0":     func(c []byte) { c[gapAt[2]] = 2 },
+		"past the snapshot": func(c []byte) { c[gapAt[0]] = 11 },
+		"more than the max": func(c []byte) { c[len(magic)+4] = 0x7f },
+	} {
+		c := bytes.Clone(b)
+		edit(c)
+		c = append(c[:len(c)-4], le32(crc(c[:len(c)-4]))...)
+		if _, err := DecodeParams(c); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: %v, want ErrFormat", name, err)
+		}
 	}
 }
 
@@ -104,7 +183,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gp.At != p.At || gp.Snapshot != p.Snapshot || gp.Cutoff != p.Cutoff || gp.Units != p.Units || gp.Leader != p.Leader || len(gp.Rules) != 1 || !reflect.DeepEqual(gp.Rules[0], p.Rules[0]) {
+	if gp.At != p.At || gp.Snapshot != p.Snapshot || !reflect.DeepEqual(gp.Reports, p.Reports) || gp.Units != p.Units || gp.Leader != p.Leader || len(gp.Rules) != 1 || !reflect.DeepEqual(gp.Rules[0], p.Rules[0]) {
 		t.Errorf("round trip: %+v, want %+v", gp, p)
 	}
 	if math.Abs(gp.Headroom-0.1) > 1e-7 || gp.Headroom > 0.1 || gp.Floor > 0.1 {
@@ -181,7 +260,12 @@ func TestCodecRejects(t *testing.T) {
 	// The largest legal report and parameter set fit MaxSize; one value
 	// more is refused by the encoder.
 	big := Report{Seq: math.MaxUint64, At: math.MinInt64, Units: math.MaxUint32, Node: string(make([]byte, MaxNode))}
-	bigP := Params{At: math.MinInt64, Snapshot: math.MaxUint64, Cutoff: math.MaxUint64, Units: math.MaxUint32, Leader: string(make([]byte, MaxNode))}
+	bigP := Params{At: math.MinInt64, Snapshot: math.MaxUint64, Units: math.MaxUint32, Leader: string(make([]byte, MaxNode))}
+	for i := range MaxReports {
+		// Gaps as large as they come: the first from the snapshot.
+		bigP.Reports = append(bigP.Reports, ReportRef{Index: uint64(i+1) << 50, Node: NodeTag(i)})
+	}
+	bigP.Reports[0].Index = 1
 	for i := range MaxRules {
 		rd := RuleDemand{ID: RuleID(i), Offered: math.MaxFloat32, Admitted: 1}
 		rp := RuleParams{ID: RuleID(i), Limit: math.MaxFloat32, K: 1, R: 1}

@@ -20,12 +20,20 @@
 //     What it leaves, E_i − g_i, adds up to the saving S.
 //   - A replica that wants more gets E_i + K·(d_i − E_i), where X is the
 //     excess Σ(d_j − E_j) of all such replicas and K = min(1, S/X).
-//   - A replica without a fresh report gets E_i.
+//   - A replica whose report the division does not count (missing,
+//     unreadable, of another version) gets E_i.
 //   - What is still left, S − K·X, is spread evenly: everyone gets R·E_i more,
 //     R = (S − K·X)/L.
 //
 // So Σ g_i ≤ L for every snapshot, and each replica's share follows from the
-// published (U, h, f, K, R) and its own (u_i, d_i) alone.
+// published (U, h, f, K, R) and its own (u_i, d_i) alone, provided it uses
+// the very report the leader used. The parameters therefore list the
+// reports the division counted, each by the Consul index of its write and
+// its node's tag; a replica that finds its own write there computes g_i
+// from it, one that finds none takes at most E_i (what the leader left it),
+// and one that finds its node at an index it did not write (a previous
+// process's report, say) takes the floor f·E_i + R·E_i, the least any
+// counted replica gets, never more than the leader left for that report.
 //
 // A rule with a bucket per value is divided this way value by value, for the
 // values the leader makes hot (hot.go); every other value keeps E_i.

@@ -49,8 +49,8 @@ func (r *Rates) Update(offered, admitted uint64, now time.Time, tau time.Duratio
 }
 
 // HistoryLen is how many of its own reports a replica remembers: parameters
-// divided from a snapshot older than that many reports are read as if the
-// replica's report were unknown (the floor), which is never looser.
+// that counted a report older than that many are read as if the replica's
+// report were unknown (the floor), which is never looser.
 const HistoryLen = 8
 
 // History is a replica's record of the reports it wrote, as decoded (the
@@ -58,80 +58,83 @@ const HistoryLen = 8
 // with the Consul index each write got. The zero value is empty.
 type History struct {
 	entries [HistoryLen]sent
-	n       int    // entries added, total
-	last    uint64 // the highest index recorded
+	n       int // entries added, total
 }
 
 type sent struct {
-	index   uint64
-	report  Report
-	unknown bool // a write whose outcome is not known; index is a lower bound
+	index  uint64
+	report Report
 }
 
-// Add records a report written at index.
+// Add records a report written at index. A write that failed is not
+// recorded: if Consul applied it all the same and a division counted it,
+// the parameters list this replica's node at an index it does not know,
+// which Reported reads as Unknown.
 func (h *History) Add(index uint64, r Report) {
-	h.push(sent{index: index, report: r})
-}
-
-// Failed records a write that returned an error: Consul may have applied it
-// all the same, at an index after every one recorded and after known, the
-// highest index this replica had seen committed before the write began (the
-// parameters' own index, say). A snapshot that may hold it is read as Unknown
-// until a later write is recorded; parameters from before it are not.
-func (h *History) Failed(known uint64) {
-	h.push(sent{index: max(h.last, known) + 1, unknown: true})
-}
-
-func (h *History) push(e sent) {
-	h.entries[h.n%HistoryLen] = e
+	h.entries[h.n%HistoryLen] = sent{index: index, report: r}
 	h.n++
-	h.last = max(h.last, e.index)
 }
 
 // Reset forgets every report: the session that held them is gone, and with
-// it the key, so the leader counts this replica as absent from now on.
+// it the key (and, if Consul itself was replaced, the meaning of its
+// indices).
 func (h *History) Reset() { *h = History{} }
 
-// Standing is what a replica can tell about its report in a snapshot.
+// Standing is what a replica can tell about its report in a division.
 type Standing uint8
 
 const (
-	// Counted: the report is known; the leader divided with it.
+	// Counted: the division counted a report this replica wrote and
+	// remembers; it computes its share from that report, as the leader did.
 	Counted Standing = iota
-	// Absent: the replica had no report at or after the cutoff; the leader
-	// counted it at its equal share.
+	// Absent: the division counted no report under this replica's node:
+	// the leader left it its equal share, and it takes no more.
 	Absent
-	// Unknown: what the leader divided with cannot be told (it is older than
-	// the history, or a write's outcome is not known). Read it as the
-	// smallest share a present replica gets, which is never looser.
+	// Unknown: the division counted a report under this replica's node
+	// that it did not write or no longer remembers (a previous process's,
+	// one older than the history, a write whose outcome it never learnt,
+	// or another node's with the same tag). Read it as the smallest share
+	// a counted replica gets, which is never looser.
 	Unknown
 )
 
-// Reported returns the report p's snapshot held for this replica, and what
-// is known of it.
-func (h *History) Reported(p *Params) (Report, Standing) {
-	var best *sent
-	for i := range min(h.n, HistoryLen) {
-		e := &h.entries[i]
-		if e.index <= p.Snapshot && (best == nil || e.index > best.index) {
-			best = e
+func (s Standing) String() string {
+	switch s {
+	case Counted:
+		return "counted"
+	case Absent:
+		return "not counted"
+	}
+	return "unknown"
+}
+
+// Reported returns the report of node's that p's division counted, and
+// what is known of it: only the reports p lists count, each by its index
+// and its node's tag.
+func (h *History) Reported(p *Params, node string) (Report, Standing) {
+	tag := TagOf(node)
+	listed := false
+	var found *Report
+	matches := 0
+	for _, ref := range p.Reports {
+		if ref.Node != tag {
+			continue
+		}
+		listed = true
+		for i := range min(h.n, HistoryLen) {
+			if e := &h.entries[i]; e.index == ref.Index {
+				found = &e.report
+				matches++
+			}
 		}
 	}
 	switch {
-	case best != nil && best.unknown:
+	case matches == 1:
+		return *found, Counted
+	case listed:
 		return Report{}, Unknown
-	case best != nil && best.index >= p.Cutoff:
-		return best.report, Counted
-	case best != nil:
-		// Our newest report at the snapshot was older than the cutoff
-		// (entries dropped from the history are older still).
-		return Report{}, Absent
-	case h.n <= HistoryLen:
-		// Every write we made came after the snapshot, or there was none.
-		return Report{}, Absent
 	}
-	// The newest report at the snapshot fell out of the history.
-	return Report{}, Unknown
+	return Report{}, Absent
 }
 
 // Stretch is the write interval of one replica of n, so that the n together

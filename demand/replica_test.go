@@ -44,53 +44,54 @@ func TestRates(t *testing.T) {
 
 func TestHistoryReported(t *testing.T) {
 	rep := func(seq uint64) Report { return Report{Seq: seq} }
+	me, other := TagOf("n1"), TagOf("n2")
+	if me == other {
+		t.Fatal("the test's nodes share a tag")
+	}
+	params := func(refs ...ReportRef) *Params {
+		p := &Params{Snapshot: 1000}
+		p.Reports = refs
+		return p
+	}
 	var h History
-	if _, s := h.Reported(&Params{Snapshot: 100}); s != Absent {
+	if _, s := h.Reported(params(), "n1"); s != Absent {
 		t.Errorf("never wrote: %v, want Absent", s)
 	}
 	h.Add(10, rep(1))
 	h.Add(20, rep(2))
 	h.Add(30, rep(3))
 	for _, c := range []struct {
-		snapshot, cutoff uint64
-		seq              uint64
-		want             Standing
+		name string
+		p    *Params
+		seq  uint64
+		want Standing
 	}{
-		{25, 0, 2, Counted},
-		{30, 0, 3, Counted},
-		{1000, 25, 3, Counted},
-		{25, 21, 0, Absent}, // our newest at 25 is 20, before the cutoff
-		{5, 0, 0, Absent},   // we had written nothing yet
+		{"its latest report counted", params(ReportRef{20, other}, ReportRef{30, me}), 3, Counted},
+		{"an older report of its own counted", params(ReportRef{20, me}, ReportRef{25, other}), 2, Counted},
+		{"not listed: its report missing or unreadable", params(ReportRef{25, other}), 0, Absent},
+		{"no report counted at all", params(), 0, Absent},
+		{"listed at an index it never wrote: a previous process's report", params(ReportRef{5, me}), 0, Unknown},
+		{"its index listed under another node's tag", params(ReportRef{30, other}), 0, Absent},
 	} {
-		r, s := h.Reported(&Params{Snapshot: c.snapshot, Cutoff: c.cutoff})
+		r, s := h.Reported(c.p, "n1")
 		if s != c.want || r.Seq != c.seq {
-			t.Errorf("snapshot %d cutoff %d: seq %d %v, want seq %d %v", c.snapshot, c.cutoff, r.Seq, s, c.seq, c.want)
+			t.Errorf("%s: seq %d %v, want seq %d %v", c.name, r.Seq, s, c.seq, c.want)
 		}
 	}
-	// A failed write, begun once index 35 was known committed (the
-	// parameters in hand were written then), may have landed after it.
-	h.Failed(35)
-	if _, s := h.Reported(&Params{Snapshot: 40}); s != Unknown {
-		t.Errorf("after a failed write: %v, want Unknown", s)
-	}
-	if r, s := h.Reported(&Params{Snapshot: 35}); s != Counted || r.Seq != 3 {
-		t.Errorf("parameters from before the failed write: %v %v, want seq 3 Counted", r.Seq, s)
-	}
-	h.Add(50, rep(5))
-	if r, s := h.Reported(&Params{Snapshot: 60}); s != Counted || r.Seq != 5 {
-		t.Errorf("a later write supersedes the failed one: %v %v", r.Seq, s)
-	}
-	// Once the history has dropped entries, a snapshot older than all kept
-	// is Unknown, not Absent.
+	// Once the history has dropped an entry, parameters that counted it
+	// are Unknown, not Absent.
 	for i := range HistoryLen {
 		h.Add(uint64(100+i), rep(uint64(100+i)))
 	}
-	if _, s := h.Reported(&Params{Snapshot: 60}); s != Unknown {
-		t.Errorf("a snapshot older than the history: %v, want Unknown", s)
+	if _, s := h.Reported(params(ReportRef{30, me}), "n1"); s != Unknown {
+		t.Errorf("a report older than the history: %v, want Unknown", s)
 	}
 	h.Reset()
-	if _, s := h.Reported(&Params{Snapshot: 1000}); s != Absent {
-		t.Errorf("after Reset: %v, want Absent", s)
+	if _, s := h.Reported(params(ReportRef{100, me}), "n1"); s != Unknown {
+		t.Errorf("after Reset, listed: %v, want Unknown", s)
+	}
+	if _, s := h.Reported(params(), "n1"); s != Absent {
+		t.Errorf("after Reset, not listed: %v, want Absent", s)
 	}
 }
 

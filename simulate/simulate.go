@@ -12,6 +12,7 @@
 package simulate
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -295,13 +296,16 @@ func Run(c Config) (*Result, error) {
 				nextDivide = t + stretched/2
 				wants := make([]demand.Want, 0, len(kv))
 				var admitted float64
+				var counted []demand.ReportRef
 				for _, name := range slices.Sorted(maps.Keys(kv)) { // a fixed order: the sums are the same every run
 					x := kv[name]
 					wants = append(wants, demand.Want{Units: x.rep.Units, Offered: x.rep.Rules[0].Offered})
 					admitted += x.rep.Rules[0].Admitted
+					counted = append(counted, demand.ReportRef{Index: x.index, Node: demand.TagOf(name)})
 				}
+				slices.SortFunc(counted, func(a, b demand.ReportRef) int { return cmp.Compare(a.Index, b.Index) })
 				rule := demand.Divide(c.Limit, uint32(k), wants, demand.DefaultHeadroom, demand.DefaultFloor)
-				p := demand.Params{At: now.UnixNano(), Snapshot: index, Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: reps[0].name,
+				p := demand.Params{At: now.UnixNano(), Snapshot: index, Reports: counted, Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: reps[0].name,
 					Rules: []demand.RuleParams{{ID: id, Limit: rule.Limit, K: rule.K, R: rule.R, Admitted: admitted}}}
 				b, err := demand.AppendParams(nil, &p)
 				if err != nil {
@@ -364,7 +368,7 @@ func Run(c Config) (*Result, error) {
 				target := eq
 				if p := r.params; p != nil {
 					rp := p.Find(id)
-					rep, standing := r.hist.Reported(p)
+					rep, standing := r.hist.Reported(p, r.name)
 					units, offered, absent := uint32(1), 0.0, false
 					switch standing {
 					case demand.Counted:
