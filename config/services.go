@@ -92,6 +92,9 @@ func (c *Config) validateServices(bad func(flag, format string, args ...any)) {
 	if c.MembershipHold < 0 || c.MembershipHold > maxHold {
 		bad("membership-hold", "must be between 0 (off) and %s, got %s", maxHold, c.MembershipHold)
 	}
+	if c.MembershipGrace < 0 || c.MembershipGrace > maxHold {
+		bad("membership-grace", "must be between 0 (off) and %s, got %s", maxHold, c.MembershipGrace)
+	}
 	validateDemand(c, bad)
 }
 

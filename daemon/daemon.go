@@ -276,7 +276,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				Service: v.service, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
 				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas, Initial: initial(d.snap, v.service),
 				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
-				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache,
+				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache, Grace: grace(cfg.MembershipGrace),
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the service itself
 			}, client)
 			if err != nil {

@@ -77,7 +77,7 @@ func (v *view) admin() server.View {
 	cur := v.cur.Load()
 	out := server.View{Source: cur.Source, Service: v.service, Domains: v.domains, Total: cur.Total, Local: cur.Local,
 		TotalWeight: cur.TotalWeight, LocalWeight: cur.LocalWeight, Weight: cur.Weight,
-		ObservedAt: cur.ObservedAt, AgeSeconds: age(*cur), LastError: cur.LastError, Errors: cur.Errors}
+		ObservedAt: cur.ObservedAt, AgeSeconds: age(*cur), LastError: cur.LastError, Errors: cur.Errors, Fault: cur.Fault}
 	if v.damper != nil {
 		if p, at, ok := v.damper.Pending(); ok {
 			out.Pending = &server.Pending{Total: p.Total, Local: p.Local, Weight: p.Weight, At: at, InSecs: max(0, time.Until(at).Seconds())}
@@ -112,6 +112,7 @@ func (v *view) register(reg prometheus.Registerer) {
 		gauge("sharelimit_membership_age_seconds", "Seconds since the membership view in force was last confirmed.", age),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total", ConstLabels: labels,
 			Help: "Membership watch errors since start."}, func() float64 { return float64(v.cur.Load().Errors) }),
+		faultCollector{v},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_pending_weight", ConstLabels: labels,
 			Help: "The weight a held membership change (--membership-hold) will apply if it holds; 0 when none is held."},
 			func() float64 {
@@ -125,6 +126,23 @@ func (v *view) register(reg prometheus.Registerer) {
 				return p.Weight
 			}),
 	)
+}
+
+// faultDesc is sharelimit_membership_fault: 1 for the cause that keeps the
+// view in force from being the cluster's, and no series when nothing does.
+var faultDesc = prometheus.NewDesc("sharelimit_membership_fault",
+	"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, absent (this node has no counted instance), error.",
+	[]string{"service", "cause"}, nil)
+
+// faultCollector exports a view's fault.
+type faultCollector struct{ v *view }
+
+func (f faultCollector) Describe(ch chan<- *prometheus.Desc) { ch <- faultDesc }
+
+func (f faultCollector) Collect(ch chan<- prometheus.Metric) {
+	if cause := f.v.cur.Load().Fault; cause != "" {
+		ch <- prometheus.MustNewConstMetric(faultDesc, prometheus.GaugeValue, 1, f.v.service, cause)
+	}
 }
 
 // views are every membership view: the default first, then one per mapped
@@ -146,4 +164,13 @@ func age(v membership.View) float64 {
 		return 0
 	}
 	return time.Since(v.ObservedAt).Seconds()
+}
+
+// grace is --membership-grace as membership.ConsulConfig takes it: there 0
+// is the default and a negative grace is none.
+func grace(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -22,7 +22,9 @@ func TestAgentViewFollowsCatalog(t *testing.T) {
 	t.Parallel()
 	a := consultest.Start(t)
 	var logs logBuffer
-	c := watch(t, ConsulConfig{Service: "web", Node: "node-a", Stale: true, Replicas: 5, Logger: logs.logger()},
+	// Grace -1 counts what is listed passing, step by step; the roster's
+	// grace has TestAgentRosterGrace.
+	c := watch(t, ConsulConfig{Service: "web", Node: "node-a", Stale: true, Replicas: 5, Logger: logs.logger(), Grace: -1},
 		newClient(t, a.Addr(), ""))
 
 	steps := []struct {
@@ -48,7 +50,7 @@ func TestAgentViewFollowsCatalog(t *testing.T) {
 			a.RegisterInstance("node-a", "db-a1", "db", true)
 			a.RegisterInstance("node-e", "web-e1", "web", true)
 		}, 4, 2},
-		{"this node leaves: it counts itself in", func() {
+		{"this node leaves: it takes no room", func() {
 			a.Deregister("node-a", "web-a1")
 			a.Deregister("node-a", "web-a2")
 		}, 2, 0},
@@ -138,13 +140,15 @@ func TestAgentNodeFromAgentSelf(t *testing.T) {
 	own := a.NodeName()
 	a.RegisterInstance(own, "web-1", "web", true)
 	a.RegisterInstance("node-b", "web-2", "web", true)
-	c := watch(t, ConsulConfig{Service: "web"}, newClient(t, a.Addr(), ""))
+	c := watch(t, ConsulConfig{Service: "web", Grace: time.Second}, newClient(t, a.Addr(), ""))
 	v := waitView(t, c, counts(2, 1), "one of two instances on the agent's node")
 	if v.Node != own {
 		t.Fatalf("view node = %q, want the agent's %q", v.Node, own)
 	}
 	a.SetCheck(own, "web-1", false)
-	waitView(t, c, counts(1, 0), "the local instance failing")
+	// Counted for its grace, then not: the watch sees the expiry when it
+	// falls due, though the catalog does not change again.
+	waitView(t, c, counts(1, 0), "the local instance failing, past its grace")
 }
 
 // TestAgentQueryOptions runs the options Consul itself must interpret: a

@@ -19,7 +19,9 @@ func TestAgentCachedWatch(t *testing.T) {
 	t.Parallel()
 	a := consultest.Start(t)
 	cachedProxy, plainProxy := newAgentProxy(t, a.Addr()), newAgentProxy(t, a.Addr())
-	cfg := ConsulConfig{Service: "web", Node: "node-a", Stale: true}
+	// A short grace: node-b failing drops out once it is over, which the
+	// cached watch must see though the catalog does not change again.
+	cfg := ConsulConfig{Service: "web", Node: "node-a", Stale: true, Grace: 500 * time.Millisecond}
 	a.RegisterInstance("node-a", "web-a1", "web", true)
 	a.RegisterInstance("node-b", "web-b1", "web", true)
 	c := watch(t, cfg, newClient(t, cachedProxy.addr(), ""))
@@ -30,8 +32,8 @@ func TestAgentCachedWatch(t *testing.T) {
 	a.RegisterInstance("node-c", "web-c1", "web", true)
 	waitView(t, c, counts(3, 1), "a third instance")
 	a.SetCheck("node-b", "web-b1", false)
-	v := waitView(t, c, counts(2, 1), "node-b failing")
-	waitView(t, plain, counts(2, 1), "node-b failing, without the cache")
+	v := waitView(t, c, counts(2, 1), "node-b failing, past the grace")
+	waitView(t, plain, counts(2, 1), "node-b failing past the grace, without the cache")
 	if v.LastError != "" || v.Errors != 0 {
 		t.Fatalf("cached watch view = %+v; want no errors", v)
 	}
@@ -129,10 +131,10 @@ func TestAgentCacheDisabled(t *testing.T) {
 	a.RegisterInstance("node-a", "web-a1", "web", true)
 	a.RegisterInstance("node-b", "web-b1", "web", true)
 	var logs logBuffer
-	c := watch(t, ConsulConfig{Service: "web", Node: "node-a", Logger: logs.logger()}, newClient(t, p.addr(), ""))
+	c := watch(t, ConsulConfig{Service: "web", Node: "node-a", Logger: logs.logger(), Grace: time.Second}, newClient(t, p.addr(), ""))
 	waitView(t, c, counts(2, 1), "two instances")
 	a.Deregister("node-b", "web-b1")
-	v := waitView(t, c, counts(1, 1), "node-b gone")
+	v := waitView(t, c, counts(1, 1), "node-b gone, past its grace")
 	got := p.served()
 	for i, s := range got {
 		if !s.cached() || s.xCache != "" || s.status != http.StatusOK {

@@ -30,7 +30,7 @@ type Consul struct {
 	view    atomic.Pointer[View]
 	nodes   atomic.Pointer[[]string] // the passing nodes of the last answer observed
 	running atomic.Bool
-	// count is tallyPassing. Tests swap it, before Run, for a counter that
+	// count is tallyCounted. Tests swap it, before Run, for a counter that
 	// gives what no answer from Consul can, to reach the faults behind it.
 	count func(entries []*api.ServiceEntry, node string) tally
 	// cacheRetry is how long the watch sends plain queries after the
@@ -41,6 +41,10 @@ type Consul struct {
 	// Only Run's goroutine touches these.
 	answered bool // Consul has answered at least once
 	index    uint64
+	roster   roster // the instances counted (roster.go)
+	// aclChecked are the instances (rosterKey, sorted) of the last cached
+	// answer checked for ACL filtering with a plain query.
+	aclChecked []string
 	// The agent cache's standing (judgeCache): suspect after a cached query
 	// the agent answered badly, struck when a plain query then answered,
 	// down after cacheStrikes strikes, and skipped until plainUntil.
@@ -76,7 +80,8 @@ func NewConsul(cfg ConsulConfig, client *api.Client) (*Consul, error) {
 		return nil, errors.New("new consul membership source: nil client")
 	}
 	c := &Consul{cfg: cfg, client: client, log: cfg.Logger, now: cfg.Clock, cacheRetry: cacheRetry}
-	c.count = c.tallyPassing
+	c.roster.grace = cfg.Grace
+	c.count = c.tallyCounted
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

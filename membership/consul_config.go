@@ -37,6 +37,11 @@ const (
 	// proxy) would shrink every share to almost nothing, so it is treated as an
 	// error and the last view stands.
 	DefaultMaxInstances = 10_000
+	// DefaultGrace is how long an instance counts after it was last seen
+	// passing (or first seen): see roster. It outlasts a newcomer's first
+	// checks and a check that flaps, and costs a replica that really died
+	// this long at its share before its peers take it over.
+	DefaultGrace = 30 * time.Second
 
 	// cacheRetry is how long the watch sends plain queries after finding
 	// that the agent cannot serve cached ones, before it tries again: long
@@ -92,6 +97,11 @@ type ConsulConfig struct {
 	// consecutive failure. Defaults DefaultBackoffBase and DefaultBackoffMax.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// Grace is how long an instance that is not listed passing still counts
+	// after it was last seen passing, or first seen (--membership-grace):
+	// see roster. 0 means DefaultGrace; a negative grace counts only the
+	// instances listed passing.
+	Grace time.Duration
 	// MaxInstances is the largest passing-instance count accepted; a larger
 	// answer is an error and the last view stands. Default DefaultMaxInstances.
 	MaxInstances int
@@ -155,6 +165,12 @@ func (cfg *ConsulConfig) normalize() error {
 
 	if cfg.QueryRate == 0 {
 		cfg.QueryRate = DefaultQueryRate
+	}
+	switch {
+	case cfg.Grace == 0:
+		cfg.Grace = DefaultGrace
+	case cfg.Grace < 0:
+		cfg.Grace = 0
 	}
 	if cfg.QueryBurst == 0 {
 		cfg.QueryBurst = DefaultQueryBurst

@@ -14,6 +14,12 @@ import (
 )
 
 var (
+	// ErrACLFiltered marks an answer Consul filtered by ACLs
+	// (X-Consul-Results-Filtered-By-Acls): the token cannot read every
+	// instance of the service, so the answer is not the cluster.
+	ErrACLFiltered = errors.New("the answer was filtered by ACLs: the token cannot read every instance (it needs service:read on the service and node:read on every node, e.g. node_prefix \"\" { policy = \"read\" }); the last view stands")
+	// ErrNonePassing marks an answer with no passing instance at all.
+	ErrNonePassing = errors.New("none passing")
 	// errTooMany marks an answer with more passing instances than MaxInstances.
 	errTooMany = errors.New("more passing instances than believable")
 	// errTooHeavy marks an answer whose weights sum past maxTotalWeight.
@@ -68,8 +74,14 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 	if c.index > 0 {
 		q.WaitIndex = c.index
 		q.WaitTime = c.cfg.WaitTime
+		if d := c.roster.nextExpiry(c.now()); d > 0 && d < q.WaitTime {
+			// An instance stops counting then: see it when it does.
+			q.WaitTime = max(d, time.Millisecond)
+		}
 	}
-	entries, meta, err := c.client.Health().Service(c.cfg.Service, "", true, q.WithContext(ctx))
+	// Every instance, passing or not: the roster counts a registered
+	// instance that does not pass yet, or no longer, for its grace.
+	entries, meta, err := c.client.Health().Service(c.cfg.Service, "", false, q.WithContext(ctx))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s: %w", c.cfg.RequestTimeout, context.DeadlineExceeded)
@@ -82,17 +94,42 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 			"previous", c.index, "answered", meta.LastIndex)
 	}
 	c.index = next
-	a := answer{tally: c.count(entries, node), nodes: passingNodes(entries), cached: cached, cacheHit: meta.CacheHit, cacheAge: meta.CacheAge}
-	if a.total == 0 {
+	filtered := meta.ResultsFilteredByACLs
+	if cached && !filtered && meta.DefaultACLPolicy == "deny" && c.entriesChanged(entries) {
+		// The agent's streaming backend does not say whether ACLs filtered
+		// what it serves (no X-Consul-Results-Filtered-By-Acls): where ACLs
+		// deny by default, a plain query, non-blocking, asks the servers,
+		// each time the instances listed change.
+		if filtered, err = c.aclFiltered(ctx); err != nil {
+			return answer{}, fmt.Errorf("query instances of %q without the cache, to see whether ACLs filter them: %w", c.cfg.Service, err)
+		}
+	}
+	if filtered {
+		c.aclChecked = nil // and again on the next answer, however alike
+		// The token may not read every instance (a node-identity token
+		// reads only its own node): the answer lists only some replicas,
+		// and each would enforce the whole of what it saw. A fault, not a
+		// view.
+		return answer{}, fmt.Errorf("query instances of %q: %w", c.cfg.Service, ErrACLFiltered)
+	}
+	listed := passingEntries(entries)
+	if len(listed) == 0 {
 		// No passing instance at all is what an emptied catalog looks like (a
 		// restarted agent before re-registration, a filter matching nothing).
 		// Counting ourselves in would let every replica enforce each limit
 		// whole, N times the cap; tighter, never looser: the last view stands
 		// and this is reported like any failed query.
-		return answer{}, fmt.Errorf("query passing instances of %q: none passing; the last view stands", c.cfg.Service)
+		return answer{}, fmt.Errorf("query passing instances of %q: %w; the last view stands", c.cfg.Service, ErrNonePassing)
 	}
-	if a.total > c.cfg.MaxInstances {
+	if len(entries) > c.cfg.MaxInstances {
 		return answer{}, fmt.Errorf("query passing instances of %q: %d listed, limit %d: %w",
+			c.cfg.Service, len(entries), c.cfg.MaxInstances, errTooMany)
+	}
+	a := answer{tally: c.count(entries, node), nodes: passingNodes(listed), cached: cached, cacheHit: meta.CacheHit, cacheAge: meta.CacheAge}
+	if a.total > c.cfg.MaxInstances {
+		// Counted past the limit with the instances remembered: the
+		// roster's memory is bounded by it.
+		return answer{}, fmt.Errorf("query passing instances of %q: %d counted, limit %d: %w",
 			c.cfg.Service, a.total, c.cfg.MaxInstances, errTooMany)
 	}
 	if a.totalWeight > maxTotalWeight {
@@ -100,6 +137,36 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 			c.cfg.Service, int64(maxTotalWeight), errTooHeavy)
 	}
 	return a, nil
+}
+
+// entriesChanged reports whether entries list other instances than the last
+// answer checked for ACL filtering did, and remembers them.
+func (c *Consul) entriesChanged(entries []*api.ServiceEntry) bool {
+	keys := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e != nil {
+			k, _ := rosterKey(e)
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if c.aclChecked != nil && slices.Equal(keys, c.aclChecked) {
+		return false
+	}
+	c.aclChecked = keys
+	return true
+}
+
+// aclFiltered asks the servers, without the agent's cache and without
+// blocking, whether ACLs filter the service's instances for this token.
+func (c *Consul) aclFiltered(ctx context.Context) (bool, error) {
+	q := &api.QueryOptions{AllowStale: c.cfg.Stale, Filter: c.cfg.Filter, Datacenter: c.cfg.Datacenter}
+	_, meta, err := c.client.Health().Service(c.cfg.Service, "", false, q.WithContext(ctx))
+	if err != nil {
+		c.aclChecked = nil // ask again next time
+		return false, err
+	}
+	return meta.ResultsFilteredByACLs, nil
 }
 
 // nextIndex is the index to block on after an answer carrying got, following
@@ -113,13 +180,15 @@ func nextIndex(prev, got uint64) uint64 {
 	return got
 }
 
-// tallyPassing is the Consul source's counter: countPassing, weighing each
-// instance by its Weights.Passing unless weights are off.
-func (c *Consul) tallyPassing(entries []*api.ServiceEntry, node string) tally {
+// tallyCounted is the Consul source's counter: the instances its roster
+// counts, weighing each by its Weights.Passing unless weights are off.
+func (c *Consul) tallyCounted(entries []*api.ServiceEntry, node string) tally {
+	weigh := c.weigh
 	if c.cfg.IgnoreWeights {
-		return countPassing(entries, node, nil)
+		weigh = nil
 	}
-	return countPassing(entries, node, c.weigh)
+	t, _ := c.roster.observe(entries, node, c.now(), weigh)
+	return t
 }
 
 // weigh is an instance's weight, at least 1. An instance registered with a
@@ -299,6 +368,17 @@ func (c *Consul) agentNodeName(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("resolve local node name from /v1/agent/self (or set the node explicitly): %w", err)
 	}
 	return self.Config.NodeName, nil
+}
+
+// passingEntries are the entries listed passing.
+func passingEntries(entries []*api.ServiceEntry) []*api.ServiceEntry {
+	out := make([]*api.ServiceEntry, 0, len(entries))
+	for _, e := range entries {
+		if e != nil && e.Checks.AggregatedStatus() == api.HealthPassing {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // passingNodes are the distinct nodes of entries, sorted.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hashicorp/consul/api"
 )
 
 // maxErrorLen bounds LastError: a proxy's HTML error page is no log line.
@@ -45,7 +47,12 @@ func (c *Consul) observe(node string, a answer) error {
 		return fmt.Errorf("query passing instances of %q: observed %s before the view in force, at weight %v over %v: %w; the last view stands",
 			c.cfg.Service, prev.ObservedAt.Sub(observed).Round(time.Second), w, prev.Weight, errOlderAnswer)
 	}
+	fault := ""
+	if a.local == 0 {
+		fault = FaultAbsent
+	}
 	v := &View{
+		Fault:       fault,
 		Source:      "consul",
 		Node:        node,
 		Total:       a.total,
@@ -64,6 +71,10 @@ func (c *Consul) observe(node string, a answer) error {
 	if prev.LastError != "" {
 		c.log.Info("consul membership: consul answers again", "errors", v.Errors)
 	}
+	if v.Fault == FaultAbsent && (first || prev.Fault != FaultAbsent) {
+		c.log.Warn("consul membership: this node has no counted instance of the service (not registered, or failing its checks for longer than --membership-grace): its peers leave this replica no share, so it admits next to nothing (one token per bucket) until its instance is registered and passes",
+			"service", c.cfg.Service, "node", node, "total", v.Total)
+	}
 	same := prev.Total == v.Total && prev.Local == v.Local &&
 		prev.TotalWeight == v.TotalWeight && prev.LocalWeight == v.LocalWeight
 	switch {
@@ -77,9 +88,6 @@ func (c *Consul) observe(node string, a answer) error {
 		}
 		if !first {
 			args = append(args, "previous_total", prev.Total, "previous_local", prev.Local)
-		}
-		if v.Local == 0 {
-			args = append(args, "note", "no passing instance on this node; this replica counts itself in at weight 1")
 		}
 		c.log.Info("consul membership: view changed", args...)
 	}
@@ -111,6 +119,7 @@ func (c *Consul) fail(ctx context.Context, err error, retryIn time.Duration) {
 	v := *prev
 	v.LastError = c.scrub(err.Error())
 	v.Errors++
+	v.Fault = faultOf(err)
 	c.publish(&v)
 	level := slog.LevelDebug
 	if v.LastError != prev.LastError {
@@ -119,6 +128,20 @@ func (c *Consul) fail(ctx context.Context, err error, retryIn time.Duration) {
 	c.log.Log(ctx, level, "consul membership: watch failed; the last view stands",
 		"error", v.LastError, "errors", v.Errors, "retry_in", retryIn.Round(time.Millisecond),
 		"total", v.Total, "local", v.Local, "weight", v.Weight)
+}
+
+// faultOf names the fault behind a failed query.
+func faultOf(err error) string {
+	var se api.StatusError
+	switch {
+	case errors.Is(err, ErrACLFiltered):
+		return FaultACLFiltered
+	case errors.As(err, &se) && se.Code == 403:
+		return FaultForbidden
+	case errors.Is(err, ErrNonePassing):
+		return FaultNonePassing
+	}
+	return FaultError
 }
 
 func (c *Consul) publish(v *View) {

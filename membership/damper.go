@@ -302,9 +302,17 @@ func (d *Damper) disarm() {
 	d.gen++
 }
 
-// withErrors is v with the latest view's error fields. Called with mu held.
+// withErrors is v with the latest view's error fields, and its fault when
+// that is the watch's (a failed query); FaultAbsent stays v's own, as it
+// describes v's counts. Called with mu held.
 func (d *Damper) withErrors(v View) View {
 	v.Errors, v.LastError = d.latest.Errors, d.latest.LastError
+	switch f := d.latest.Fault; {
+	case f != "" && f != FaultAbsent:
+		v.Fault = f
+	case v.Fault != FaultAbsent:
+		v.Fault = ""
+	}
 	return v
 }
 

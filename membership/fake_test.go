@@ -131,6 +131,11 @@ func fast(cfg ConsulConfig) ConsulConfig {
 	if cfg.WaitTime == 0 {
 		cfg.WaitTime = 200 * time.Millisecond
 	}
+	if cfg.Grace == 0 {
+		// The fake's answers are each a catalog of their own: count what
+		// each lists passing (the roster's grace has tests of its own).
+		cfg.Grace = -1
+	}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = 10 * time.Millisecond
 		cfg.BackoffMax = 80 * time.Millisecond
@@ -145,9 +150,11 @@ func TestFakeQueryParameters(t *testing.T) {
 		cfg   ConsulConfig
 		check func(url.Values) string
 	}{
-		{"passing only, not stale by default", ConsulConfig{}, func(q url.Values) string {
-			if q.Get("passing") != "1" || q.Has("stale") || q.Has("dc") || q.Has("filter") {
-				return "want passing=1 and nothing else"
+		{"every instance, not stale by default", ConsulConfig{}, func(q url.Values) string {
+			// Not ?passing: the roster counts a registered instance that
+			// does not pass (yet, or for now) for its grace.
+			if q.Has("passing") || q.Has("stale") || q.Has("dc") || q.Has("filter") {
+				return "want no passing, stale, dc or filter"
 			}
 			return ""
 		}},
@@ -651,7 +658,7 @@ func TestFakeImpossibleCount(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.count = func(e []*api.ServiceEntry, node string) tally {
-				t := c.tallyPassing(e, node)
+				t := c.tallyCounted(e, node)
 				if phase.Load() == 1 {
 					return tc.count(t)
 				}

@@ -53,31 +53,57 @@ type View struct {
 	// none. It never contains the configured ACL token.
 	LastError string
 	Errors    uint64 // watch errors since start
+	// Fault names what keeps this view from being the cluster's, "" when
+	// nothing does: one of the Fault* causes.
+	Fault string
 }
+
+// The faults a view can carry. Each is logged at WARN when it begins,
+// exported as sharelimit_membership_fault{cause} and shown on the status
+// page: a config or permissions mistake must never look like a healthy
+// cluster.
+const (
+	// FaultACLFiltered: Consul filtered the answer by ACLs; the last view
+	// stands.
+	FaultACLFiltered = "acl_filtered"
+	// FaultForbidden: Consul refused the query (403); the last view stands.
+	FaultForbidden = "forbidden"
+	// FaultNonePassing: the answer listed no passing instance; the last
+	// view stands.
+	FaultNonePassing = "none_passing"
+	// FaultAbsent: this replica's node has no counted instance; its peers
+	// leave it no room, so it takes AbsentWeight.
+	FaultAbsent = "absent"
+	// FaultError: any other failed query; the last view stands.
+	FaultError = "error"
+)
+
+// AbsentWeight is the weight of a replica whose node has no counted
+// instance. It is not 0, so that every figure divided by a weight stays
+// finite, and it is so small that such a replica's buckets hold only the
+// one-token floor every bucket has, refilled at a billionth of the rate.
+const AbsentWeight = 1e-9
 
 // ErrImpossibleCount marks instance counts that no catalog can hold, such as
 // more instances on one node than in the whole service.
 var ErrImpossibleCount = errors.New("impossible instance count")
 
 // Weight is the share of a global limit that one replica enforces, given the
-// number of passing instances on its node (local) and in the whole cluster
-// (total):
+// instances counted on its node (local) and in the whole cluster (total):
 //
-//	w = max(local, 1) / (total + (local == 0 ? 1 : 0))
+//	w = local / total, or AbsentWeight when local is 0
 //
-// A replica that does not see itself in the catalog (it is starting, failing
-// its check, or registered under another node) counts itself in, so it never
-// claims more than a fair share. With one instance per node this is 1/N.
+// With one instance per node this is 1/N. The same rule divides by Consul
+// service weights: given the summed weights of the counted instances on this
+// node (local) and in the cluster (total), w is this node's part of the total.
 //
-// The same rule divides by Consul service weights: given the summed weights
-// of the passing instances on this node (local) and in the cluster (total),
-// each instance weighing at least 1, w is this node's part of the total, and
-// a replica that does not see itself counts itself in at weight 1, the
-// smallest an instance can have. It cannot know its own weight while the
-// catalog does not list it, and 1 is never looser than the truth: were it
-// listed at its weight W >= 1, its share would be W/(total+W), and
-// 1/(total+1) <= W/(total+W) because total <= W·total. Counts are weights
-// of 1, so with counts this is the counted rule exactly.
+// A replica whose node has no counted instance is counted by none of its
+// peers either (they watch the same catalog, by the same rule): the shares
+// they enforce already sum to 1, and any share it took would open the cap
+// by that much. It takes AbsentWeight. (The rule this replaced counted such
+// a replica in at weight 1 over total+1, which its peers never did: a
+// newcomer serving before its check passed, or a node a restarted Consul had
+// not yet re-listed, admitted up to twice the limit between them.)
 //
 // A count that makes no sense (negative, local above total, or no instance at
 // all) is an error wrapping ErrImpossibleCount, with weight 0. It never gets
@@ -93,13 +119,10 @@ func Weight(local, total int) (float64, error) {
 		why = "more on this node than in total"
 	case total == 0:
 		why = "no instance at all"
+	case local == 0:
+		return AbsentWeight, nil
 	default:
-		// In floating point, so that total+1 cannot overflow.
-		n := float64(total)
-		if local == 0 {
-			n++
-		}
-		return float64(max(local, 1)) / n, nil
+		return float64(local) / float64(total), nil
 	}
 	return 0, fmt.Errorf("weigh %d local of %d instances: %s: %w", local, total, why, ErrImpossibleCount)
 }

@@ -26,10 +26,11 @@ func TestWeight(t *testing.T) {
 		{"one of a hundred", 1, 100, 0.01},
 		{"node holding 2 of 3", 2, 3, 2.0 / 3},
 		{"node holding all", 4, 4, 1},
-		{"node absent counts itself in", 0, 3, 1.0 / 4},
-		{"node absent, one other", 0, 1, 0.5},
+		// Its peers leave it no room: it takes next to nothing.
+		{"node absent", 0, 3, AbsentWeight},
+		{"node absent, one other", 0, 1, AbsentWeight},
 		{"absurd count", 1, 100_000, 1e-5},
-		{"absent from the largest count", 0, math.MaxInt, 1 / (float64(math.MaxInt) + 1)},
+		{"absent from the largest count", 0, math.MaxInt, AbsentWeight},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,11 +102,8 @@ func TestWeightProperties(t *testing.T) {
 		if err == nil && (w <= 0 || w > 1) {
 			t.Fatalf("Weight(%d, %d) = %v, outside (0, 1]", local, total, w)
 		}
-		if err == nil && local == 0 {
-			// Counting itself in is exactly as if the replica were listed.
-			if listed, _ := Weight(1, total+1); math.Abs(w-listed) > eps {
-				t.Fatalf("Weight(0, %d) = %v, want Weight(1, %d) = %v", total, w, total+1, listed)
-			}
+		if err == nil && local == 0 && w != AbsentWeight {
+			t.Fatalf("Weight(0, %d) = %v, want AbsentWeight", total, w)
 		}
 	}
 	for range 5_000 {

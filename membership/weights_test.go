@@ -62,15 +62,17 @@ func TestAgentWeights(t *testing.T) {
 		want          []step // one per phase below
 	}{
 		{"weight 1 of 4", "node-a", false, []step{{2, 1, 4, 1, 0.25}, {3, 1, 5, 1, 0.2}, {2, 1, 2, 1, 0.5}}},
-		{"weight 3 of 4", "node-b", false, []step{{2, 1, 4, 3, 0.75}, {3, 1, 5, 3, 0.6}, {2, 0, 2, 0, 1.0 / 3}}},
-		// Not listed: counts itself in at weight 1, the smallest an instance
-		// can have, so the guess is never looser than the truth.
-		{"absent node counts itself in at 1", "node-z", false, []step{{2, 0, 4, 0, 0.2}, {3, 0, 5, 0, 1.0 / 6}, {2, 0, 2, 0, 1.0 / 3}}},
-		{"weights off", "node-b", true, []step{{2, 1, 2, 1, 0.5}, {3, 1, 3, 1, 1.0 / 3}, {2, 0, 2, 0, 1.0 / 3}}},
+		{"weight 3 of 4", "node-b", false, []step{{2, 1, 4, 3, 0.75}, {3, 1, 5, 3, 0.6}, {2, 0, 2, 0, AbsentWeight}}},
+		// Not listed: its peers leave it no room, so it takes next to
+		// nothing.
+		{"absent node takes no room", "node-z", false, []step{{2, 0, 4, 0, AbsentWeight}, {3, 0, 5, 0, AbsentWeight}, {2, 0, 2, 0, AbsentWeight}}},
+		{"weights off", "node-b", true, []step{{2, 1, 2, 1, 0.5}, {3, 1, 3, 1, 1.0 / 3}, {2, 0, 2, 0, AbsentWeight}}},
 	}
 	cs := make([]*Consul, len(watchers))
 	for i, w := range watchers {
-		cs[i] = watch(t, ConsulConfig{Service: "web", Node: w.node, IgnoreWeights: w.ignoreWeights}, newClient(t, a.Addr(), ""))
+		// Grace -1: a failing check drops its instance at once, the
+		// weights being what is under test here.
+		cs[i] = watch(t, ConsulConfig{Service: "web", Node: w.node, IgnoreWeights: w.ignoreWeights, Grace: -1}, newClient(t, a.Addr(), ""))
 	}
 	phases := []struct {
 		name   string
@@ -249,8 +251,8 @@ func TestWeighProperties(t *testing.T) {
 			if tl.local > 0 {
 				sum += w
 				listed++
-			} else if want := 1 / float64(tl.totalWeight+1); math.Abs(w-want) > eps {
-				t.Fatalf("node-%d not listed: share %v, want 1/(%d+1)", n, w, tl.totalWeight)
+			} else if w != AbsentWeight {
+				t.Fatalf("node-%d not listed: share %v, want AbsentWeight: its peers leave it no room", n, w)
 			}
 		}
 		if total.total > 0 && math.Abs(sum-1) > eps {
@@ -259,29 +261,40 @@ func TestWeighProperties(t *testing.T) {
 	}
 }
 
-// TestWeightAbsentNeverLooser checks the choice Weight makes for a replica
-// the catalog does not list: it counts itself in at weight 1, because its
-// own weight is unknown, and 1 gives a share no larger than any weight it
-// could have been listed with: 1/(total+1) <= W/(total+W) for every W >= 1.
-func TestWeightAbsentNeverLooser(t *testing.T) {
+// TestWeightsOfServingReplicasSumToAtMostOne is the invariant that decides
+// every other case: over all replicas that serve, the weights in force sum
+// to at most 1, whichever of them the catalog lists. Every listed replica
+// takes its part of the listed weight; every replica the catalog does not
+// list (it serves all the same) takes AbsentWeight, so the sum exceeds 1 by
+// at most AbsentWeight per unlisted replica, far under one request.
+func TestWeightsOfServingReplicasSumToAtMostOne(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
-	for range 100_000 {
-		others := 1 + rng.IntN(1<<20)
-		own := 1 + rng.IntN(1<<20)
-		if rng.IntN(4) == 0 {
-			own = 1 + rng.IntN(4)
+	for range 20_000 {
+		serving := 1 + rng.IntN(50)
+		weights := make([]int, serving)
+		listedWeight, unlisted := 0, 0
+		for i := range weights {
+			if rng.IntN(3) == 0 {
+				unlisted++
+				continue
+			}
+			weights[i] = 1 + rng.IntN(100)
+			listedWeight += weights[i]
 		}
-		absent, err := Weight(0, others)
-		if err != nil {
-			t.Fatal(err)
+		if listedWeight == 0 {
+			continue
 		}
-		listed, err := Weight(own, others+own)
-		if err != nil {
-			t.Fatal(err)
+		sum := 0.0
+		for _, w := range weights {
+			share, err := Weight(w, listedWeight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += share
 		}
-		if absent > listed {
-			t.Fatalf("not listed among weight %d: share %v; listed at its weight %d: %v, tighter", others, absent, own, listed)
+		if sum > 1+float64(unlisted)*AbsentWeight+1e-12 {
+			t.Fatalf("%d serving, %d unlisted, weights %v: shares sum to %v", serving, unlisted, weights, sum)
 		}
 	}
 }

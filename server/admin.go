@@ -37,6 +37,9 @@ type View struct {
 	AgeSeconds  float64   `json:"age_seconds"`
 	LastError   string    `json:"last_error,omitempty"`
 	Errors      uint64    `json:"errors"`
+	// Fault names what keeps the view from being the cluster's
+	// (membership.Fault*), "" when nothing does.
+	Fault string `json:"fault,omitempty"`
 	// Pending is a change held back by --membership-hold: a view that grows
 	// this replica's share applies only once it has held. nil when none.
 	Pending *Pending `json:"pending,omitempty"`

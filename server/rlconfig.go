@@ -100,6 +100,9 @@ func writeView(w io.Writer, label string, v View) {
 	if v.LastError != "" {
 		fmt.Fprintf(w, " last_error=%q", v.LastError)
 	}
+	if v.Fault != "" {
+		fmt.Fprintf(w, " fault=%s", v.Fault)
+	}
 	if d := v.Demand; d != nil {
 		fmt.Fprintf(w, "\n  demand: leading=%t leader=%q params_age=%s stale=%t writes=%d write_errors=%d",
 			d.Leading, d.Leader, seconds(d.ParamsAgeSeconds), d.Stale, d.Writes, d.Errors)
