@@ -85,17 +85,27 @@ type demander struct {
 	params   *demand.Params
 	gotAt    time.Time // when params arrived
 	badParam uint64
-	badRep   uint64
-	last     *demand.Report // the last report written, as decoded
+	badReps  map[string]uint64 // reports the leader could not use, by cause (readCauses)
+	last     *demand.Report    // the last report written, as decoded
 	lastAt   time.Time
 	seq      uint64
 	writes   uint64
 	failures uint64
-	grows    map[int][]grow // by group: larger shares waiting to apply, by time
-	shares   map[string]float64
-	started  bool
-	sessGen  uint64
-	division []server.DemandReplica // the last division, when leading
+	// Loud failures (demand_loud.go): why writes fail, by cause; the last
+	// failure while it lasts; what has been logged; the reports the last
+	// division could not use; how the parameters in force counted this
+	// replica's report.
+	writeErrs map[string]uint64
+	writeErr  string
+	writeLog  causeLog
+	readLog   causeLog
+	bad       []badReport
+	standing  demand.Standing
+	grows     map[int][]grow // by group: larger shares waiting to apply, by time
+	shares    map[string]float64
+	started   bool
+	sessGen   uint64
+	division  []server.DemandReplica // the last division, when leading
 	// Per-value rules, by rule identity: the meters of their hot values
 	// (by value ID) and their candidates.
 	hotRates    map[string]map[uint64]*demand.Rates
@@ -117,7 +127,8 @@ type grow struct {
 func newDemander(v *view, e *descriptors.Engine, client *api.Client, set demandSettings, log *slog.Logger) *demander {
 	return &demander{v: v, engine: e, client: client, set: set, log: log, wall: time.Now,
 		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{},
-		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{}}
+		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{},
+		badReps: map[string]uint64{}, writeErrs: map[string]uint64{}, standing: demand.Absent}
 }
 
 // rules are the installed demand rules of this view's domains.
@@ -344,25 +355,29 @@ func (d *demander) write(ctx context.Context, r *demand.Report, now time.Time) {
 	switch {
 	case errors.Is(err, consulkv.ErrNoSession):
 		// Nothing was written; try again next tick.
-	case errors.Is(err, consulkv.ErrRefused):
-		// Nothing was written (a previous process's session may still
-		// hold the key); try again in an interval.
-		d.failures++
-		d.lastAt = now
-		d.log.Warn("demand report refused", "service", d.v.service, "err", err)
 	case err != nil:
-		// It may have been written all the same (an error on the way
-		// back): the history does not record it. A division that counted
-		// it lists this replica at an index it does not know, which it
-		// reads as Unknown, the floor of its share.
+		// Nothing was written, or (an error on the way back) it may have
+		// been: either way the history does not record it. A division
+		// that counted it lists this replica at an index it does not
+		// know, which it reads as Unknown, the floor of its share.
+		cause := writeCause(err)
 		d.failures++
-		d.lastAt = now // back off for one interval
-		d.log.Warn("demand report not written", "service", d.v.service, "err", err)
+		d.writeErrs[cause]++
+		d.writeErr = cause + ": " + err.Error()
+		d.lastAt = now // try again in an interval
+		if d.writeLog.fail("", cause, now) {
+			d.log.Warn("demand report not written; until one is, the leader counts this replica at its equal share or less, and it takes no more",
+				"service", d.v.service, "cause", cause, "err", err)
+		}
 	default:
 		d.writes++
 		d.seq = r.Seq
 		d.hist.Add(index, decoded)
 		d.last, d.lastAt = &decoded, now
+		d.writeErr = ""
+		if cause := d.writeLog.ok(""); cause != "" {
+			d.log.Info("demand report written again", "service", d.v.service, "after", cause)
+		}
 	}
 }
 
@@ -488,6 +503,9 @@ func (d *demander) apply(rules []descriptors.DemandBinding, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	mono := d.v.clock()
+	if d.params != nil {
+		_, d.standing = d.hist.Reported(d.params, d.set.node)
+	}
 	for _, b := range rules {
 		if b.State.PerValue() {
 			d.applyValues(b, now, mono)
@@ -553,6 +571,7 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 	now := d.wall()
 	mv := d.v.cur.Load()
 	var reps []reportEntry
+	var bad []badReport
 	atIndex := map[uint64]int{}
 	for _, kv := range snap.Reports {
 		if !d.passing(kv.Node) {
@@ -560,19 +579,19 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 			// check): it is not one of the replicas the view divides among.
 			continue
 		}
-		r, err := demand.DecodeReport(kv.Value)
-		if err != nil {
-			d.mu.Lock()
-			d.badRep++
-			d.mu.Unlock()
-			continue // its replica is not listed, and keeps its equal share
+		r, why := readReport(kv)
+		if why != nil {
+			bad = append(bad, *why)
+			if why.cause != readWrongNode {
+				continue // its replica is not listed, and keeps its equal share
+			}
 		}
 		// A report stands until its session ends (it is then deleted)
 		// or its node leaves the service. Judging it stale sooner would
 		// hand its share to the others while the replica, cut off from
 		// Consul, still enforces it; the replica itself falls back to at
 		// most its equal share before its session can expire (target).
-		e := reportEntry{rep: r, counted: r.Node == kv.Node && kv.ModifyIndex >= 1 && kv.ModifyIndex <= snap.Index, index: kv.ModifyIndex}
+		e := reportEntry{rep: r, counted: why == nil && kv.ModifyIndex >= 1 && kv.ModifyIndex <= snap.Index, index: kv.ModifyIndex}
 		if e.counted {
 			atIndex[e.index]++
 		}
@@ -593,6 +612,7 @@ func (d *demander) divide(snap consulkv.Snapshot) ([]byte, error) {
 		}
 	}
 	slices.SortFunc(p.Reports, func(a, b demand.ReportRef) int { return cmp.Compare(a.Index, b.Index) })
+	d.noteBad(bad, now)
 	view := uint32(max(mv.TotalWeight, 1))
 	var division []server.DemandReplica
 	values := 0

@@ -84,11 +84,15 @@ func (d *demander) status() *server.DemandStatus {
 	now := d.wall()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := &server.DemandStatus{Leading: d.leader != nil && d.leader.IsLeader(), Writes: d.writes, Errors: d.failures}
+	st := &server.DemandStatus{Leading: d.leader != nil && d.leader.IsLeader(), Writes: d.writes, Errors: d.failures, WriteError: d.writeErr}
 	if st.Leading {
 		st.Division = slices.Clone(d.division)
+		for _, b := range d.bad {
+			st.BadReports = append(st.BadReports, server.DemandBadReport{Node: b.node, Cause: b.cause, Error: b.err})
+		}
 	}
 	if p := d.params; p != nil {
+		st.Counted = d.standing.String()
 		st.Leader = p.Leader
 		st.ParamsAgeSeconds = now.Sub(time.Unix(0, p.At)).Seconds()
 		st.Stale = now.Sub(time.Unix(0, p.At)) > d.staleAfter()
@@ -124,11 +128,29 @@ func (d *demander) register(reg prometheus.Registerer) {
 			return float64(f())
 		})
 	}
+	// One series per cause, each from the start, so that an alert can
+	// watch the rate of any of them.
+	byCause := func(name, help string, causes []string, m map[string]uint64) []prometheus.Collector {
+		var out []prometheus.Collector
+		for _, c := range causes {
+			out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help,
+				ConstLabels: prometheus.Labels{"service": d.v.service, "cause": c}}, func() float64 {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				return float64(m[c])
+			}))
+		}
+		return out
+	}
+	reg.MustRegister(byCause("sharelimit_demand_write_errors_total",
+		"Demand report writes that failed, by cause: held (another session holds the key), session_gone, denied (403), unreachable, other.",
+		writeCauses, d.writeErrs)...)
+	reg.MustRegister(byCause("sharelimit_demand_bad_reports_total",
+		"Reports this replica, as leader, could not use in a division (once per division), by cause: undecodable, version, oversized, wrong_node.",
+		readCauses, d.badReps)...)
 	reg.MustRegister(
 		counter("sharelimit_demand_writes_total", "Demand reports this replica wrote to Consul.", func() uint64 { return d.writes }),
-		counter("sharelimit_demand_write_errors_total", "Demand report writes that failed.", func() uint64 { return d.failures }),
 		counter("sharelimit_demand_bad_params_total", "Leader parameters ignored as undecodable.", func() uint64 { return d.badParam }),
-		counter("sharelimit_demand_bad_reports_total", "Reports this replica, as leader, ignored as undecodable.", func() uint64 { return d.badRep }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_demand_leader", ConstLabels: labels,
 			Help: "1 while this replica is the service's demand leader."}, func() float64 {
 			d.mu.Lock()

@@ -63,6 +63,24 @@ type DemandStatus struct {
 	// per rule, busiest first and at most 64 per rule; only on the leader,
 	// which alone reads every report.
 	Division []DemandReplica `json:"division,omitempty"`
+	// Counted is how the parameters in force counted this replica's
+	// report: "counted", "not counted" (it takes at most its equal share)
+	// or "unknown" (a report under its name it did not write, or no longer
+	// remembers: it takes the floor of its share); "" without parameters.
+	Counted string `json:"counted,omitempty"`
+	// WriteError is why this replica's last report write failed, while
+	// no later one has succeeded.
+	WriteError string `json:"write_error,omitempty"`
+	// BadReports are the reports the leader's last division could not use
+	// (their replicas count at their equal shares); only on the leader.
+	BadReports []DemandBadReport `json:"bad_reports,omitempty"`
+}
+
+// DemandBadReport is a report the leader could not use, and why.
+type DemandBadReport struct {
+	Node  string `json:"node"`
+	Cause string `json:"cause"` // the cause label of sharelimit_demand_bad_reports_total
+	Error string `json:"error"`
 }
 
 // DemandReplica is one replica in the leader's last division of a rule.

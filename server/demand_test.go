@@ -24,7 +24,10 @@ func TestDemandOnTheAdminPages(t *testing.T) {
 				{Rule: "a.k_v", Node: "node-a", Units: 1, Offered: 640, Admitted: 230, Share: 0.575},
 				{Rule: "a.k_v", Node: "<script>alert(1)</script>", Units: 1, Offered: 53, Admitted: 53, Share: 0.14},
 				{Rule: "a.k_v", Node: "node-c", Units: 1, Absent: true, Share: 0.25},
-			}}}}
+			},
+			Counted: "not counted", WriteError: "held: consulkv: write refused",
+			BadReports: []DemandBadReport{{Node: "<b>node-d</b>", Cause: "undecodable", Error: "demand: bad encoding: checksum mismatch"}},
+		}}}
 	a := NewAdmin(f.svc, f.engine, f.metrics, func() []View { return views }, func() ReloadStatus { return ReloadStatus{} })
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
@@ -34,6 +37,8 @@ func TestDemandOnTheAdminPages(t *testing.T) {
 		`demand a.k_v: offered 640 per second, admitted 230 per second, share=0.575 equal=0.25 cluster_admitted_ratio=0.980`,
 		`divided a.k_v: node=node-a units=1 offered 640 per second, admitted 230 per second, share=0.575`,
 		`divided a.k_v: node=node-c units=1 offered 0 per second, admitted 0 per second, share=0.25 absent`,
+		`write_errors=0 report="not counted" write_error="held: consulkv: write refused"`,
+		`demand report unusable: node="<b>node-d</b>" cause=undecodable: "demand: bad encoding: checksum mismatch"`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/rlconfig lacks %q:\n%s", want, text)
@@ -45,6 +50,9 @@ func TestDemandOnTheAdminPages(t *testing.T) {
 		`<td>a.k_v</td><td class="num">640 per second</td><td class="num">230 per second</td>`,
 		`&lt;script&gt;alert(1)&lt;/script&gt;`,
 		`equal (no report)`,
+		`not counted: at most its equal share`,
+		`Its report cannot be written: held: consulkv: write refused`,
+		`&lt;b&gt;node-d&lt;/b&gt; (undecodable: demand: bad encoding: checksum mismatch)`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %q", want)

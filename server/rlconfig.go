@@ -106,6 +106,15 @@ func writeView(w io.Writer, label string, v View) {
 	if d := v.Demand; d != nil {
 		fmt.Fprintf(w, "\n  demand: leading=%t leader=%q params_age=%s stale=%t writes=%d write_errors=%d",
 			d.Leading, d.Leader, seconds(d.ParamsAgeSeconds), d.Stale, d.Writes, d.Errors)
+		if d.Counted != "" {
+			fmt.Fprintf(w, " report=%q", d.Counted)
+		}
+		if d.WriteError != "" {
+			fmt.Fprintf(w, " write_error=%q", d.WriteError)
+		}
+		for _, b := range d.BadReports {
+			fmt.Fprintf(w, "\n  demand report unusable: node=%q cause=%s: %q", b.Node, b.Cause, b.Error)
+		}
 		for _, r := range d.Rules {
 			fmt.Fprintf(w, "\n  demand %s%s: offered %s, admitted %s, share=%s equal=%s cluster_admitted_ratio=%.3f",
 				r.Rule, valueSuffix(r.Value), human.Rate(r.Offered, "second"), human.Rate(r.Admitted, "second"), trimFloat(r.Share, 6), trimFloat(r.Equal, 6), r.ClusterAdmittedRatio)
