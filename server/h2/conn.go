@@ -118,7 +118,6 @@ type stream struct {
 	relay    *inbox // nil for ShouldRateLimit, answered here
 	sendWin  int64
 	recvWin  int64
-	credit   int64       // relayed bytes used, not yet given back to the stream window
 	msg      []byte      // the request so far, when it spans frames
 	pend     []byte      // DATA payload waiting for the send window
 	trailers []byte      // the trailer block, once the answer is complete
@@ -206,7 +205,7 @@ func (c *conn) handshake() error {
 		}
 		c.nc = tc
 	}
-	c.br = bufio.NewReaderSize(c.nc, readBuffer)
+	c.br = bufio.NewReaderSize(sockReader{c}, readBuffer)
 	var preface [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil {
 		return err
@@ -234,6 +233,26 @@ func (c *conn) handshake() error {
 	return c.flush()
 }
 
+// sockReader is the connection as the Framer's buffered reader reads it.
+// Before each read of the socket, which may block, what the frames read so
+// far produced goes out (answers, WINDOW_UPDATEs, PING ACKs) and the
+// deadlines of calls still waiting for their requests are armed. A read
+// also blocks in the middle of a frame whose bytes are still arriving:
+// were the output held until then, an answer decided in time would reach
+// the client after its deadline, its token spent, and a window the client
+// waits for would not open.
+type sockReader struct{ c *conn }
+
+func (r sockReader) Read(p []byte) (int, error) {
+	if r.c.ready {
+		r.c.armDeadlines()
+		if err := r.c.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return r.c.nc.Read(p)
+}
+
 // shut ends the connection: every stream ends, every waiting sender wakes.
 func (c *conn) shut() {
 	c.end()
@@ -259,14 +278,8 @@ func (c *conn) fail(code http2.ErrCode, why string) {
 func (c *conn) readLoop() error {
 	first := true
 	for {
-		if c.br.Buffered() == 0 {
-			// Everything read so far is handled: write what it produced
-			// before waiting for more.
-			c.armDeadlines()
-			if err := c.flush(); err != nil {
-				return err
-			}
-		}
+		// What the frames read so far produced goes out before the socket
+		// is read again (sockReader).
 		f, err := c.fr.ReadFrame()
 		c.reads.Add(1)
 		if err != nil {

@@ -190,10 +190,12 @@ func (c *conn) relayUsed(st *stream, n int64) {
 		c.wmu.Unlock()
 		return
 	}
-	if st.credit += n; !st.recvDone && st.credit >= streamWindow/4 {
-		c.out = appendWindowUpdate(c.out, st.id, uint32(st.credit))
-		st.recvWin += st.credit
-		st.credit = 0
+	// Every message goes back at once. Held for a batch, the credit could
+	// leave the client less window than its next message needs, and the
+	// server, which relays only whole messages, would wait for it forever.
+	if !st.recvDone {
+		c.out = appendWindowUpdate(c.out, st.id, uint32(n))
+		st.recvWin += n
 	}
 	c.wmu.Unlock()
 	c.flush()
