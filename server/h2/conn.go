@@ -63,6 +63,7 @@ type conn struct {
 	streams    map[uint32]*stream
 	blocked    map[*stream]struct{} // streams with data waiting for window
 	windowed   *sync.Cond           // signalled when send window opens or the connection ends
+	freed      *sync.Cond           // signalled when a relayed call stops counting against the stream limit, or the connection ends
 	sendWin    int64                // the peer's connection window for us
 	peerWin    int64                // the peer's initial stream window
 	peerFrame  int                  // the largest frame the peer accepts
@@ -148,6 +149,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		recvWin:   connWindow,
 	}
 	c.windowed = sync.NewCond(&c.wmu)
+	c.freed = sync.NewCond(&c.wmu)
 	c.ctx, c.end = context.WithCancel(context.Background())
 	return c
 }
@@ -262,6 +264,7 @@ func (c *conn) shut() {
 		c.drop(st)
 	}
 	c.windowed.Broadcast()
+	c.freed.Broadcast()
 	c.wmu.Unlock()
 	c.raw.Close()
 }

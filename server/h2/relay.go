@@ -117,6 +117,7 @@ func (c *conn) startRelay(st *stream, path string) {
 		// them holds no more than MaxConcurrentStreams of them running.
 		c.wmu.Lock()
 		c.open--
+		c.freed.Broadcast()
 		c.wmu.Unlock()
 		c.goroutines.Done()
 	}()

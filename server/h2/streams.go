@@ -47,6 +47,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	c.lastStream = id
 	c.pingStrikes = 0
+	if c.open >= MaxConcurrentStreams && len(c.streams) < MaxConcurrentStreams {
+		c.waitSlot()
+	}
 	if c.goneAway || c.closed || c.open >= MaxConcurrentStreams {
 		c.reset(id, http2.ErrCodeRefusedStream)
 		return nil
@@ -143,6 +146,34 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		c.finish(st, codes.Internal, errNoMessage)
 	}
 	return nil
+}
+
+// slotWait bounds how long a new stream waits for a slot that relayed calls
+// still ending hold.
+const slotWait = 5 * time.Second
+
+// waitSlot waits, for at most slotWait, while the stream limit is reached only
+// because relayed calls the client has seen end still count (their
+// goroutines are ending: the defence against rapid reset). The client kept
+// to the limit, so its stream waits rather than being refused, as grpc-go's
+// handler quota does; the connection's reading waits with it. What is already
+// written goes out first. Called with wmu held, which it releases while it
+// waits.
+func (c *conn) waitSlot() {
+	c.wmu.Unlock()
+	c.flush()
+	c.wmu.Lock()
+	expired := false
+	t := time.AfterFunc(slotWait, func() {
+		c.wmu.Lock()
+		expired = true
+		c.freed.Broadcast()
+		c.wmu.Unlock()
+	})
+	defer t.Stop()
+	for c.open >= MaxConcurrentStreams && len(c.streams) < MaxConcurrentStreams && !c.closed && !expired {
+		c.freed.Wait()
+	}
 }
 
 // trailersIn takes a HEADERS frame on an open stream: the client's trailers,
