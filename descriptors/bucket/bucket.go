@@ -37,6 +37,39 @@ func (p *Params) Local(w float64) (rate, size float64) {
 	return p.Rate * w, math.Max(p.Size*w, 1)
 }
 
+// Slower returns figures that refill a bucket no faster than either a or b
+// does, at any weight, and no slower than both: a bucket gains
+// R·w ÷ max(B·w, 1) = min(R·w, R/B) of its size a second, so the smaller
+// rate with the smaller R/B gives exactly the lesser of the two at every w.
+// A bucket that lived under a and then under b, switching at a time it did
+// not record (a reload changed its rule's limit), has refilled no more than
+// it would have at Slower(a, b) all along: never looser than the truth.
+// With either blocked, so is the result: no refill at all.
+func Slower(a, b *Params) Params {
+	if a.Blocked() || b.Blocked() {
+		return Params{}
+	}
+	rate := min(a.Rate, b.Rate)
+	return Params{Rate: rate, Size: rate / min(a.Rate/a.Size, b.Rate/b.Size)}
+}
+
+// BurstTime is B ÷ R, how long a bucket of p takes to fill from empty at
+// any weight without the one-token floor (with it, longer); 0 when p
+// blocks. It is capped at maxBurstTime, a century, so the figure always
+// fits a time.Duration.
+func (p *Params) BurstTime() time.Duration {
+	if p.Blocked() {
+		return 0
+	}
+	s := p.Size / p.Rate
+	if !(s < maxBurstTime.Seconds()) {
+		return maxBurstTime
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+const maxBurstTime = 100 * 365 * 24 * time.Hour
+
 // ratioPerNano is how much of the bucket refills per nanosecond at weight w.
 func (p *Params) ratioPerNano(w float64) float64 {
 	r, b := p.Local(w)

@@ -5,13 +5,15 @@ import (
 	"time"
 )
 
-// Ramp is a join ramp: a replica that starts with no state while others
-// serve would otherwise hand out a full bucket for every key, while the
-// cluster's buckets for the same keys are spent. Under a ramp a new bucket
-// starts no fuller than the time since Start over the rule's ramp: 0 at
-// Start, full after it. Buckets that exist already are not touched, and a
-// bucket is never made fuller than it would be without the ramp: tighter
-// for keys nobody used yet, never looser.
+// Ramp is a join ramp, or a rule's ramp. A join ramp: a replica that starts
+// with no state while others serve would otherwise hand out a full bucket
+// for every key, while the cluster's buckets for the same keys are spent.
+// Under a join ramp (Store.SetRamp) a new bucket starts no fuller than the
+// time since Start over the rule's ramp: 0 at Start, full after it. Buckets
+// that exist already are not touched, and a bucket is never made fuller
+// than it would be without the ramp: tighter for keys nobody used yet, never
+// looser. A rule's ramp (Request.Ramp) is the same line for one rule that a
+// reload added, and it holds the rule's existing buckets to it too.
 type Ramp struct {
 	Start int64 // on the store's clock
 	// Fixed, when positive, is every rule's ramp; otherwise a rule's is its
@@ -45,6 +47,16 @@ func (r *Ramp) Fill(p *Params, now int64) float64 {
 		return 1
 	}
 	return math.Max(0, float64(now-r.Start)/float64(d))
+}
+
+// hold caps s at the ramp's fill at now. A rule's ramp (Request.Ramp) holds
+// every bucket of the rule, the ones it finds as well as the ones it
+// creates: a bucket left from an earlier life of the rule (a rename undone,
+// a block lifted) is no fuller than a new one.
+func (r *Ramp) hold(s *State, p *Params, now int64) {
+	if f := r.Fill(p, now); s.Fill > f {
+		s.Fill = f
+	}
 }
 
 // SetRamp starts a join ramp, or ends one with nil.

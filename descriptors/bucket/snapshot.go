@@ -25,12 +25,14 @@ func (s *Store) Export(weights []*Weight, now int64, emit func(batch []Saved)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		raw = raw[:0]
+		s.maint.RLock()
 		sh.mu.Lock()
 		sh.m.all(func(k uint64, e *entry) bool {
 			raw = append(raw, kv{k, *e})
 			return true
 		})
 		sh.mu.Unlock()
+		s.maint.RUnlock()
 		// Brought up to now outside the lock: the copies are the
 		// snapshot's, the buckets themselves are not changed.
 		batch = batch[:0]

@@ -14,14 +14,49 @@ const shardCount = 256
 // DefaultMaxBuckets is the default cap on live buckets (--max-buckets).
 const DefaultMaxBuckets = 1_000_000
 
-// entry is a bucket as stored: its state and the two figures of its limit the
-// sweeper needs to tell whether it has refilled. It holds no pointers, so the
-// maps that hold entries by value are never scanned by the garbage collector,
-// however many buckets are live: a GC cycle costs the same with a million
-// buckets as with none. 32 bytes: its group rides in State's padding.
+// entry is a bucket as stored: its state and the two figures of the limit it
+// was last brought up to date under. Decisions refill it at the request's
+// Params; the figures tell when those changed (bring), and they are what
+// the sweeper and a snapshot judge it by until its next use, so a reload
+// that changes its rule's limit lowers them (Relimit) to figures that refill
+// no faster than either limit. It holds no pointers, so the maps that hold
+// entries by value are never scanned by the garbage collector, however many
+// buckets are live: a GC cycle costs the same with a million buckets as
+// with none. 32 bytes: its group rides in State's padding.
 type entry struct {
 	State
-	rate, size float32 // cluster-wide, for the sweeper only; decisions use the request's Params
+	rate, size float32 // cluster-wide
+}
+
+// bring refills e up to now under p. A bucket last brought up to date under
+// other figures (a reload changed its rule's limit, or a restore or a
+// sweep's judgment lowered them) refills the time since then at the slower
+// of the two, since it does not know when the change came, and lives by p
+// from then on. Its fill ratio carries over either way: a changed limit
+// never hands out a fresh burst.
+func (e *entry) bring(p *Params, wt *Weight, now int64) {
+	if e.rate != float32(p.Rate) || e.size != float32(p.Size) {
+		e.relimit(p, wt, now)
+		return
+	}
+	e.advance(p, wt, now)
+}
+
+func (e *entry) relimit(p *Params, wt *Weight, now int64) {
+	was := e.params()
+	slow := Slower(&was, p)
+	e.advance(&slow, wt, now)
+	e.rate, e.size = float32(p.Rate), float32(p.Size)
+}
+
+// run brings e up to now and applies r: bring, the rule's ramp, then the
+// operation.
+func (e *entry) run(r *Request, wt *Weight, now int64) Result {
+	e.bring(r.Params, wt, now)
+	if r.Ramp != nil {
+		r.Ramp.hold(&e.State, r.Params, now)
+	}
+	return e.apply(r.Params, wt.W, r.Op, r.N)
 }
 
 func newEntry(now int64, wt *Weight, r *Request) entry {
@@ -70,6 +105,12 @@ type Store struct {
 	ramp         atomic.Pointer[Ramp]
 	rampRejected atomic.Uint64
 	rampWithheld atomic.Uint64 // tokens, rounded down per bucket
+	// maint keeps sweeps and exports, which judge buckets by their own
+	// figures, off the buckets while a reload changes limits (Relimit):
+	// they take it for reading one shard at a time; Relimit for writing,
+	// from before the new limits are installed until every bucket's
+	// figures are lowered. Decisions never take it.
+	maint sync.RWMutex
 }
 
 // NewStore returns an empty store holding at most max buckets, overflow
@@ -110,6 +151,9 @@ type Request struct {
 	// Tag names the rule a new bucket belongs to, for snapshots; 0 for none
 	// (a request's own limit).
 	Tag uint16
+	// Ramp, when set, is the ramp of a rule a reload added: no bucket of
+	// it, found or created, holds more than the ramp allows at now.
+	Ramp *Ramp
 }
 
 // Do applies r at now with weight wt. A missing bucket is full, and it is
@@ -122,7 +166,15 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 	sh := &s.shards[r.Key%shardCount]
 	sh.mu.Lock()
 	if e := sh.m.get(r.Key); e != nil {
-		e.advance(r.Params, wt, now)
+		// bring, written out: one call on the common path, as before.
+		if e.rate != float32(r.Params.Rate) || e.size != float32(r.Params.Size) {
+			e.relimit(r.Params, wt, now)
+		} else {
+			e.advance(r.Params, wt, now)
+		}
+		if r.Ramp != nil {
+			r.Ramp.hold(&e.State, r.Params, now)
+		}
 		res = e.apply(r.Params, wt.W, r.Op, r.N)
 		sh.mu.Unlock()
 		return res, false
@@ -135,6 +187,9 @@ func (s *Store) Do(r Request, wt *Weight, now int64) (res Result, overflowed boo
 // while the store has room, else at its overflow key.
 func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
 	debt := s.debt(r, wt, now)
+	if r.Ramp != nil {
+		debt = min(debt, r.Ramp.Fill(r.Params, now))
+	}
 	fill := debt
 	if rp := s.ramp.Load(); rp != nil {
 		fill = min(fill, rp.Fill(r.Params, now))
@@ -153,9 +208,13 @@ func (s *Store) create(r *Request, wt *Weight, now int64) (Result, bool) {
 	s.overflow.Add(1)
 	// An overflow bucket starts full: it is shared. One of a key that took
 	// over from another (From) is that key's own, and starts with its debt.
+	// One of a rule a reload added starts on the rule's ramp.
 	ovFill := 1.0
 	if r.FromWeight != nil {
 		ovFill = fill
+	}
+	if r.Ramp != nil {
+		ovFill = min(ovFill, r.Ramp.Fill(r.Params, now))
 	}
 	res, ok := s.do(r.OverflowKey, r, wt, now, s.max, ovFill)
 	if !ok {
@@ -174,7 +233,7 @@ func (s *Store) do(key uint64, r *Request, wt *Weight, now int64, limit int64, f
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if ep := sh.m.get(key); ep != nil {
-		return ep.State.Do(r.Params, wt, now, r.Op, r.N), true
+		return ep.run(r, wt, now), true
 	}
 	e := newEntry(max(now, s.floor.Load()), wt, r)
 	e.Fill = fill
@@ -215,7 +274,7 @@ func (s *Store) fillOf(key uint64, p *Params, wt *Weight, now int64) float64 {
 	}
 	e := *ep // a copy: the bucket is not changed
 	sh.mu.Unlock()
-	e.advance(p, wt, now)
+	e.bring(p, wt, now)
 	return min(1, e.Fill)
 }
 
@@ -248,7 +307,7 @@ func (s *Store) Move(from uint64, fromW *Weight, to uint64, toW *Weight, toGroup
 	dst := dh.m.get(to)
 	switch {
 	case dst != nil:
-		dst.advance(&p, toW, now)
+		dst.bring(&p, toW, now)
 		dst.Fill = min(dst.Fill, src.Fill)
 		s.live.Add(-1)
 	case src.Fill < 1:
@@ -304,6 +363,7 @@ func (s *Store) SweepGroups(weights []*Weight, now int64) int {
 	dropped := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
+		s.maint.RLock()
 		sh.mu.Lock()
 		n := sh.m.sweep(func(_ uint64, e *entry) bool {
 			// A bucket last used after now is judged at its own last reading
@@ -318,6 +378,7 @@ func (s *Store) SweepGroups(weights []*Weight, now int64) int {
 		s.live.Add(-int64(n))
 		dropped += n
 		sh.mu.Unlock()
+		s.maint.RUnlock()
 	}
 	s.swept.Add(uint64(dropped))
 	return dropped
@@ -325,3 +386,38 @@ func (s *Store) SweepGroups(weights []*Weight, now int64) int {
 
 // Swept is how many buckets sweeps have dropped since start.
 func (s *Store) Swept() uint64 { return s.swept.Load() }
+
+// Relimit is how a reload puts new limits in force for buckets that stay.
+// install, which installs the new limits, runs with every sweep and export
+// held off; then every bucket whose tag is a key of slower has its figures
+// lowered to Slower of its own and slower[tag], before any sweep or export
+// sees it again. A bucket's figures are what those judge it by until its
+// next use, so a bucket nobody uses across the reload is never judged full
+// at a rate faster than the one in force, and one untouched across several
+// reloads at no rate faster than the slowest of them; its next use refills
+// the time since at those figures and takes the request's (bring). Tags are
+// 16 bits: another rule's buckets sharing one are lowered too, which is
+// tighter, never looser, until their next use. Decisions go on meanwhile,
+// each shard held only while its buckets are lowered.
+func (s *Store) Relimit(slower map[uint16]Params, install func()) {
+	if len(slower) == 0 {
+		install()
+		return
+	}
+	s.maint.Lock()
+	defer s.maint.Unlock()
+	install()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.m.all(func(_ uint64, e *entry) bool {
+			if p, ok := slower[e.tag]; ok && e.tag != 0 {
+				was := e.params()
+				q := Slower(&was, &p)
+				e.rate, e.size = float32(q.Rate), float32(q.Size)
+			}
+			return true
+		})
+		sh.mu.Unlock()
+	}
+}
