@@ -60,7 +60,13 @@ func (s *Set) number(l *level) {
 		r.id = len(s.rules)
 		r.identity = ruleIdentity(r) + "\x00" + varyingSig(r)
 		if r.limit != nil {
-			r.identity += "\x00" + r.limit.identity()
+			// The share is part of it: a bucket's weight history belongs to
+			// its share's weight group, so a bucket cannot move from one
+			// share to another. The limit's figures (requests_per_unit,
+			// unit, unit_multiplier, burst, policy, max_wait) are not: a
+			// reload that changes them keeps the rule's buckets, which keep
+			// their fill ratio (Engine.Swap).
+			r.identity += "\x00share=" + r.limit.share.String()
 			if len(r.limit.replaces) > 0 {
 				s.hasReplaces = true
 			}

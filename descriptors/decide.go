@@ -124,6 +124,9 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 		} else {
 			req.Key = e.ruleKey(in, st.Rule, d.Entries)
 			req.OverflowKey, req.Tag = in.overflow[st.Rule.id], in.tags[st.Rule.id]
+			if in.ramps != nil {
+				req.Ramp = in.ramps[st.Rule.id]
+			}
 		}
 		req.Params, req.Op, req.N = &lim.params, op, n
 		var dr *DemandRule

@@ -15,7 +15,7 @@ import (
 // DemandRule is the engine's state for one rule shared by demand: the weight
 // group its buckets use, which the demand controller sets, and the meter of
 // what its one bucket was asked for and gave. It lives for the engine's
-// life, across reloads that keep the rule's identity.
+// life, across reloads that keep the rule's identity (a changed limit does).
 type DemandRule struct {
 	identity    string
 	rid         uint64
@@ -30,8 +30,11 @@ type DemandRule struct {
 	hot *hotState
 }
 
-// Identity is the rule's identity: its domain, path and limit. Replicas with
-// the same config give the same rule the same identity.
+// Identity is the rule's identity: its domain, path and share, not its
+// limit's figures, so a reload that changes only those keeps the rule's
+// demand state. Replicas give the same rule the same identity; the leader's
+// parameters carry the rate they divide, which tells replicas whose limits
+// differ apart.
 func (d *DemandRule) Identity() string { return d.identity }
 
 // Group is the weight group the rule's bucket uses: for a per-value rule,
@@ -75,7 +78,7 @@ func (e *Engine) SetShareMode(demand bool) {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	e.demandAll.Store(demand)
-	e.swap(e.cur.Load().set)
+	e.swap(e.cur.Load().set, 0, false)
 }
 
 // DemandRules returns the installed set's demand rules, in rule order.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,9 @@ type installed struct {
 	// demand is by Rule.ID: the rule's demand state when it is shared by
 	// demand, else nil; nil when no rule is.
 	demand []*DemandRule
+	// ramps is by Rule.ID: the ramp of a rule a reload added, while it
+	// may still run, else nil; nil when no rule has one (carry).
+	ramps []*bucket.Ramp
 }
 
 // slot is a domain as Decide finds it: its rules and the group whose weight
@@ -82,8 +86,14 @@ type Engine struct {
 	// hotGen numbers every hot value's buckets.
 	hotGen atomic.Uint32
 	// lastNow is the time releaseGone moves debts at: the latest time the
-	// engine was told of (SetGroupWeight, SetHot).
+	// engine was told of (SetGroupWeight, SetHot, SwapAt).
 	lastNow atomic.Int64
+	// retiredUntil is when the last rule a reload retired (a rule that
+	// drew and no longer does: removed, renamed, given another share,
+	// made unlimited or blocked) has refilled its burst, at its own rate:
+	// until then a rule a reload adds may be that one renamed, and ramps
+	// (SwapAt). Guarded by swapMu.
+	retiredUntil int64
 }
 
 // NewEngine returns an engine deciding with set, every domain in the default
@@ -135,26 +145,163 @@ func (e *Engine) AddGroup(domains []string, w float64) (int, error) {
 		groupOf[d] = g
 	}
 	e.groupOf.Store(&groupOf)
-	e.swap(e.cur.Load().set)
+	e.swap(e.cur.Load().set, 0, false)
 	return int(g), nil
 }
 
-// Swap installs set and returns the set it replaced. Buckets of every rule whose
-// domain, path and limit are unchanged keep their state: their keys are derived
-// from exactly those, so the new set finds them where the old one left them.
+// Swap installs set and returns the set it replaced. A rule whose identity
+// (its domain, path, share and share_threshold) the set in force has too
+// keeps its buckets:
+// their keys are derived from exactly those, so the new set finds them where
+// the old one left them. When the rule's limit changed (requests_per_unit,
+// unit, unit_multiplier, burst, policy or max_wait), each of its buckets
+// keeps its fill ratio, as a weight change does, and refills the time since
+// its last use at the slower of the two limits (bucket.Slower): a bucket
+// does not record when the reload came, and the slower guess is never
+// looser than the truth. A wait-policy bucket's reservations stay owed, as
+// the same share of the new bucket. So a changed limit, lowered or raised,
+// never hands out a fresh burst.
+//
+// A rule new to the set in force starts with full buckets under Swap, as
+// at start-up: Swap is for the first set and for sets installed before the
+// engine serves. A reload while the engine serves is SwapAt.
 func (e *Engine) Swap(set *Set) *Set {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
-	return e.swap(set)
+	return e.swap(set, 0, false)
 }
 
-func (e *Engine) swap(set *Set) *Set {
+// SwapAt is Swap for a reload at now, while the engine serves. It also
+// holds a rule that may be a renamed one to a ramp. A rule is new when the
+// set in force has no rule of its identity that draws: one added, renamed
+// (another key or value at any depth, or another domain), given another
+// share or share_threshold, or one that was unlimited, blocked
+// (requests_per_unit: 0) or without a limit. A rule is retired when it drew and no longer does. The
+// engine cannot tell a renamed rule from a new one; it knows a rename
+// retires a rule, in the same reload or (a removal, then an addition) in
+// an earlier one. So a new rule starts full, as at start-up, unless some
+// rule retired less than its own burst time B ÷ R ago (by then that rule's
+// spent burst has refilled at its own rate): then the new rule's buckets
+// start empty at now and fill linearly over its own burst time, as the join
+// ramp's do. The ramp holds the buckets the rule finds as well as those it
+// creates, so a rule renamed and renamed back (or blocked and unblocked)
+// finds its old buckets no fuller than the ramp. A ramp in progress carries
+// over a reload that keeps the rule, over the longer of its old and new
+// burst times.
+//
+// What it costs: a genuinely new rule added within that time of a removal
+// admits at most R·t in its first t < B/R on each replica (its share of
+// it), without its burst; no request on a key passes before the ramp holds
+// one token, 1/R after the reload (6 minutes for a rule of 10 an hour).
+// Where a reload removes and adds nothing, nothing ramps.
+func (e *Engine) SwapAt(set *Set, now int64) *Set {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	e.noteNow(now)
+	return e.swap(set, now, true)
+}
+
+// swap installs set; timed says now is the time of a reload while serving,
+// when new rules ramp. Called with swapMu held.
+func (e *Engine) swap(set *Set, now int64, timed bool) *Set {
 	in := e.prepare(set)
-	old := e.cur.Swap(in)
+	lower := e.carry(e.cur.Load(), in, now, timed)
+	var old *installed
+	e.store.Relimit(lower, func() { old = e.cur.Swap(in) })
 	if old == nil {
 		return nil
 	}
 	return old.set
+}
+
+// carry matches each rule of in that draws with the rule of old that has
+// its identity. It returns, by tag, the figures that the buckets of rules
+// whose limit changed are to be judged by until their next use (Relimit:
+// the slower of old and new, and of every changed rule sharing the tag),
+// and it sets in.ramps: a ramp in progress carries over, and when timed, a
+// new rule starts one at now if a rule retired recently (SwapAt). Called
+// with swapMu held.
+func (e *Engine) carry(old, in *installed, now int64, timed bool) map[uint16]bucket.Params {
+	if old == nil {
+		return nil
+	}
+	was := make(map[string]*Rule, len(old.set.rules))
+	for _, r := range old.set.rules {
+		if r.limit.draws() {
+			was[r.identity] = r
+		}
+	}
+	if timed {
+		draws := make(map[string]bool, len(in.set.rules))
+		for _, r := range in.set.rules {
+			if r.limit.draws() {
+				draws[r.identity] = true
+			}
+		}
+		for id, r := range was {
+			if !draws[id] {
+				d := int64(r.limit.params.BurstTime())
+				until := now + d
+				if now > math.MaxInt64-d {
+					until = math.MaxInt64
+				}
+				e.retiredUntil = max(e.retiredUntil, until)
+			}
+		}
+	}
+	var lower map[uint16]bucket.Params
+	for i, r := range in.set.rules {
+		if !r.limit.draws() {
+			continue
+		}
+		p := &r.limit.params
+		var rp *bucket.Ramp
+		o := was[r.identity]
+		switch {
+		case o == nil && timed && now < e.retiredUntil:
+			if d := p.BurstTime(); d > 0 {
+				rp = &bucket.Ramp{Start: now, Fixed: d}
+			}
+		case o != nil:
+			if old.ramps != nil && old.ramps[o.id] != nil && (!timed || now < old.ramps[o.id].End()) {
+				// The longer burst time keeps the ramp's line below
+				// what either limit refills from its start.
+				prev := old.ramps[o.id]
+				rp = &bucket.Ramp{Start: prev.Start, Fixed: max(prev.Fixed, p.BurstTime())}
+			}
+			op := &o.limit.params
+			if float32(op.Rate) != float32(p.Rate) || float32(op.Size) != float32(p.Size) {
+				if lower == nil {
+					lower = map[uint16]bucket.Params{}
+				}
+				q := *p
+				if have, ok := lower[in.tags[i]]; ok {
+					q = bucket.Slower(&have, p)
+				}
+				lower[in.tags[i]] = q
+			}
+		}
+		if rp != nil {
+			if in.ramps == nil {
+				in.ramps = make([]*bucket.Ramp, len(in.set.rules))
+			}
+			in.ramps[i] = rp
+		}
+	}
+	return lower
+}
+
+// Ramping returns the rules of the installed set whose reload ramp (SwapAt)
+// still runs at now, in rule order.
+func (e *Engine) Ramping(now int64) []*Rule {
+	in := e.cur.Load()
+	var out []*Rule
+	for id, rp := range in.ramps {
+		if rp != nil && now < rp.End() {
+			out = append(out, in.set.rules[id])
+		}
+	}
+	return out
 }
 
 // prepare builds what installing set takes: its keys, tags, domains' groups

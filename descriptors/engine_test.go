@@ -309,13 +309,24 @@ func TestReloadKeepsUnchangedRulesState(t *testing.T) {
 	if got := d.codes(1, desc("fixed=one")); got != "X" {
 		t.Fatal("unchanged rule lost its bucket state across the reload")
 	}
-	if got := d.codes(4, desc("ip=1.2.3.4")); got != "OOOO" {
-		t.Fatalf("changed rule kept the old limit's state: %s", got)
+	// The changed rule keeps its bucket's fill ratio: empty of 4 now, and
+	// half full (2 of 4) half a second on.
+	if got := d.codes(1, desc("ip=1.2.3.4")); got != "X" {
+		t.Fatalf("changed rule handed out a fresh burst: %s", got)
+	}
+	d.advance(500 * time.Millisecond)
+	if got := d.codes(3, desc("ip=1.2.3.4")); got != "OOX" {
+		t.Fatalf("changed rule half a second on: %s, want OOX", got)
+	}
+	// The added rule starts full under Swap, as at start-up (SwapAt
+	// ramps it).
+	if got := d.codes(2, desc("added=x")); got != "OX" {
+		t.Fatalf("added rule: %s", got)
 	}
 	// Swapping back to the original finds the original buckets again.
 	d.e.Swap(mustParse(t, engineConfig))
-	if got := d.codes(1, desc("fixed=one")); got != "X" {
-		t.Fatal("state lost on swap back")
+	if got := d.codes(3, desc("fixed=one")); got != "OXX" {
+		t.Fatalf("fixed=one after the swap back: %s, want OXX (1.5 tokens refilled in half a second)", got)
 	}
 }
 

@@ -203,7 +203,9 @@ func TestGroupsConcurrent(t *testing.T) {
 }
 
 // A rule changed from share: cluster to share: replica starts new buckets:
-// a bucket's weight history belongs to one share.
+// a bucket's weight history belongs to one share. Under Swap (before
+// serving) they start full; a reload while serving (SwapAt) ramps them
+// (TestReloadNewRule).
 func TestShareChangeIsANewBucket(t *testing.T) {
 	cluster := "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
 	e := NewEngine(mustParse(t, cluster), 0.5, bucket.NewStore(0))

@@ -297,7 +297,7 @@ func (e *Engine) SetDemandTopKeys(n int) {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	e.topKeys.Store(int32(min(max(n, 0), MaxTopKeys)))
-	e.swap(e.cur.Load().set)
+	e.swap(e.cur.Load().set, 0, false)
 }
 
 // hotValue resolves value-level demand for a request on per-value demand

@@ -159,19 +159,20 @@ func TestHotSlotsAreReusedAndBounded(t *testing.T) {
 	}
 }
 
-// A per-value rule whose limit is edited (a new identity) gives its slots
-// back: edits never use up the groups.
+// A per-value rule that is renamed (a new identity) gives its slots back:
+// renames never use up the groups. One whose limit is edited keeps its
+// identity, and its slots.
 func TestReloadsGiveSlotsBack(t *testing.T) {
 	e := NewEngine(nil, 0.25, bucket.NewStore(0))
 	e.SetDemandTopKeys(MaxTopKeys)
 	var groups int32
 	for i := range 10 {
-		set, err := Compile(File{Name: "a.yaml", Data: []byte(fmt.Sprintf("domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", 100+i))})
+		set, err := Compile(File{Name: "a.yaml", Data: []byte(fmt.Sprintf("domain: a\ndescriptors:\n  - key: client%d\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", i%3, 100+i))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.Swap(set)
-		d := demandOf(t, e, "a.client")
+		d := demandOf(t, e, fmt.Sprintf("a.client%d", i%3))
 		if d == nil || d.Slots() != 2*MaxTopKeys {
 			t.Fatalf("edit %d: the rule got no slots", i)
 		}

@@ -73,6 +73,6 @@ func (e *Engine) SetSeed(seed uint64) bool {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	e.seed = seed
-	e.swap(e.cur.Load().set)
+	e.swap(e.cur.Load().set, 0, false)
 	return true
 }

@@ -11,13 +11,15 @@ import (
 // each group and its seed, and restores them into a new process: each bucket
 // refilled for the time the daemon was down at the rate it had, and put in
 // the group its rule uses now. A bucket carries its rule's tag, so one whose
-// rule is gone or changed (another limit) is dropped. A hot value's bucket
-// is saved under its usual key, with the debt it holds: a restarted daemon
-// starts with no hot values.
+// rule is gone (or has another path or share) is dropped; one whose rule's
+// limit changed keeps its fill ratio, as across a reload. A hot value's
+// bucket is saved under its usual key, with the debt it holds: a restarted
+// daemon starts with no hot values.
 
 // tagOf is the tag of rule identity on its buckets: 16 bits of the rule's
 // cross-replica ID, never 0 (the tag of a request's own limit). Two rules
-// that share a tag are told apart by their limits.
+// can share a tag: whatever uses tags takes the tighter choice between
+// them.
 func tagOf(identity string) uint16 {
 	t := uint16(ruleIDOf(identity))
 	if t == 0 {
@@ -99,18 +101,20 @@ func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
 // Restored counts what a restore did with the buckets it was given.
 type Restored struct {
 	Kept   int // in the store now
-	Gone   int // their rule is gone or has another limit now
+	Gone   int // their rule is gone, or has another path or share now
 	Full   int // refilled while the daemon was down
 	NoRoom int // the store was at its cap
 }
 
 // Restore adds saved buckets at now: each refilled for elapsed (the time
-// the daemon was down) at the rate it had, savedW[its saved group] (no
+// the daemon was down) at its saved group's weight savedW[group] (no
 // refill when that weight is unknown: tighter, never looser), and put in
-// the group its rule uses now. A bucket of a request's own limit (tag 0)
-// has no rule to ask: groupOf maps its saved group to today's, false
-// dropping it. Call it before the engine serves, after SetSeed and the
-// first Swap.
+// the group its rule uses now. A bucket whose rule's limit is not the one
+// it was saved under keeps its fill ratio and refills the downtime at the
+// slower of the two limits, as across a reload (Swap). A bucket of a
+// request's own limit (tag 0) has no rule to ask: groupOf maps its saved
+// group to today's, false dropping it. Call it before the engine serves,
+// after SetSeed and the first Swap.
 func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
 	return e.restore(e.cur.Load(), saved, savedW, elapsed, groupOf, now)
 }
@@ -128,12 +132,12 @@ func (e *Engine) RestoreFor(set *Set, saved []bucket.Saved, savedW []float64, el
 
 func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
 	type target struct {
-		group      uint16
-		rate, size float32
+		group uint16
+		p     bucket.Params
 	}
 	byTag := map[uint16][]target{}
 	for i, r := range in.set.rules {
-		if r.limit == nil || r.limit.unlimited {
+		if !r.limit.draws() {
 			continue
 		}
 		g := in.domains[r.domain].group
@@ -143,16 +147,46 @@ func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, 
 		case in.demand != nil && in.demand[i] != nil:
 			g = in.demand[i].group
 		}
-		t := target{group: g, rate: float32(r.limit.params.Rate), size: float32(r.limit.params.Size)}
-		byTag[in.tags[i]] = append(byTag[in.tags[i]], t)
+		byTag[in.tags[i]] = append(byTag[in.tags[i]], target{group: g, p: r.limit.params})
 	}
 	var res Restored
 	secs := max(elapsed.Seconds(), 0)
 	for _, b := range saved {
+		var g uint16
+		var ok bool
+		p := bucket.Params{Rate: float64(b.Rate), Size: float64(b.Size)}
+		if b.Tag == 0 {
+			g, ok = groupOf(b.Group)
+		} else {
+			// Two rules can share a tag (16 bits): a bucket saved under
+			// share: replica goes only to such a rule, and among the
+			// others the one whose group weighs least takes it, at the
+			// slowest of their limits, which is tighter whichever was
+			// meant.
+			var cur bucket.Params
+			for _, t := range byTag[b.Tag] {
+				if (t.group == replicaGroup) != (b.Group == replicaGroup) {
+					continue
+				}
+				if !ok {
+					cur = t.p
+				}
+				cur = bucket.Slower(&cur, &t.p)
+				if !ok || e.weights[t.group].Load().W < e.weights[g].Load().W {
+					g, ok = t.group, true
+				}
+			}
+			if ok {
+				// The downtime refills at the slower of the limit it was
+				// saved under and the one in force; from now on it lives
+				// by the one in force.
+				slow := bucket.Slower(&p, &cur)
+				p, b.Rate, b.Size = slow, float32(cur.Rate), float32(cur.Size)
+			}
+		}
 		fill := b.Fill
 		if int(b.Group) < len(savedW) {
 			if w := savedW[b.Group]; w > 0 && w <= 1 {
-				p := bucket.Params{Rate: float64(b.Rate), Size: float64(b.Size)}
 				if r, size := p.Local(w); size > 0 {
 					fill += secs * r / size
 				}
@@ -161,24 +195,6 @@ func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, 
 		if !(fill < 1) {
 			res.Full++
 			continue
-		}
-		var g uint16
-		var ok bool
-		if b.Tag == 0 {
-			g, ok = groupOf(b.Group)
-		} else {
-			// Two rules can share a tag (16 bits) and a limit: a bucket
-			// saved under share: replica goes only to such a rule, and
-			// among the others the one whose group weighs least takes it,
-			// which is tighter whichever was meant.
-			for _, t := range byTag[b.Tag] {
-				if t.rate != b.Rate || t.size != b.Size || (t.group == replicaGroup) != (b.Group == replicaGroup) {
-					continue
-				}
-				if !ok || e.weights[t.group].Load().W < e.weights[g].Load().W {
-					g, ok = t.group, true
-				}
-			}
 		}
 		if !ok || int(g) >= int(e.groups.Load()) || math.IsNaN(fill) {
 			res.Gone++

@@ -98,13 +98,10 @@ func (l *Limit) finish() {
 	}
 }
 
-// identity is what a bucket's state is tied to across reloads: change any of it
-// and the rule starts with fresh buckets.
-func (l *Limit) identity() string {
-	// The share is part of it: a bucket's weight history belongs to its share,
-	// so a bucket cannot move from one to the other.
-	return fmt.Sprintf("%d/%s*%d burst=%d %s %s share=%s", l.requestsPerUnit, l.unit, l.unitMultiplier, l.burst, l.policy, l.maxWait, l.share)
-}
+// draws reports whether l is a limit its rule's buckets enforce: not
+// unlimited and not blocked (requests_per_unit: 0 admits nothing and keeps
+// no bucket). A nil l does not draw.
+func (l *Limit) draws() bool { return l != nil && !l.unlimited && !l.params.Blocked() }
 
 func (l *Limit) String() string {
 	if l.unlimited {
@@ -176,7 +173,12 @@ type Rule struct {
 	children level
 	// varying[i] is true when the value at depth i+1 picks a bucket: key-only
 	// levels, and wildcard levels without share_threshold.
-	varying  []bool
+	varying []bool
+	// identity is what the rule's buckets are keyed and tagged by, and its
+	// demand state and its ID across replicas are named by: its domain, the
+	// key and value at every depth, which depths pick a bucket, and its
+	// limit's share. A reload that keeps it keeps the rule's buckets, whatever
+	// it does to the limit's figures (compile.go).
 	identity string
 }
 
