@@ -96,14 +96,14 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	var rules *installer
 	var err error
 	if cfg.ConfigType == config.ConfigXDS {
-		rules = newInstaller(d.engine, metrics, "xds:"+cfg.XDSServerURL, log)
+		rules = newInstaller(d.engine, metrics, "xds:"+cfg.XDSServerURL, log, d.clock)
 		// The saved buckets go in with the first rules, before they are
 		// installed: no request meets those rules with full buckets, even
 		// when the daemon serves before xDS answers.
 		rules.before = func(set *descriptors.Set) { d.restore(set) }
 		err = d.xdsRules(rules, metrics.Registry)
 	} else {
-		rules = newInstaller(d.engine, metrics, cfg.ConfigDir, log)
+		rules = newInstaller(d.engine, metrics, cfg.ConfigDir, log, d.clock)
 		err = d.loadRules(rules, metrics.Registry)
 	}
 	if err != nil {

@@ -21,6 +21,9 @@ type installer struct {
 	metrics *server.Metrics
 	log     *slog.Logger
 	dir     string
+	// clock is the engine's: every install after the first is a reload
+	// while serving, at its reading (descriptors.Engine.SwapAt).
+	clock func() int64
 
 	mu        sync.Mutex
 	status    server.ReloadStatus
@@ -35,8 +38,8 @@ type installer struct {
 	rules      prometheus.Gauge
 }
 
-func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir string, log *slog.Logger) *installer {
-	in := &installer{engine: engine, metrics: metrics, dir: dir, log: log,
+func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir string, log *slog.Logger, clock func() int64) *installer {
+	in := &installer{engine: engine, metrics: metrics, dir: dir, log: log, clock: clock,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_config_reloads_total",
 			Help: "Config loads by result (success, failure)."}, []string{"result"}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sharelimit_config_last_reload_success_timestamp_seconds",
@@ -52,14 +55,30 @@ func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir strin
 	return in
 }
 
-// install puts set in force. Buckets of the rules it keeps keep their state.
-// Every set that compiled is accepted.
+// install puts set in force. Buckets of the rules it keeps keep their state,
+// at their fill ratio when the limit changed. The first set installs as at
+// start-up; every later one is a reload while serving, whose new rules ramp
+// (descriptors.Engine.SwapAt). Every set that compiled is accepted.
 func (in *installer) install(set *descriptors.Set) error {
 	if in.before != nil {
 		in.before(set)
 	}
 	in.metrics.Bind(set)
-	if old := in.engine.Swap(set); old != nil {
+	in.mu.Lock()
+	first := in.status.Generation == 0
+	in.mu.Unlock()
+	var old *descriptors.Set
+	var ramping []string
+	if first {
+		old = in.engine.Swap(set)
+	} else {
+		at := in.clock()
+		old = in.engine.SwapAt(set, at)
+		for _, r := range in.engine.Ramping(at) {
+			ramping = append(ramping, r.Path())
+		}
+	}
+	if old != nil {
 		in.metrics.Unbind(old)
 	}
 	now := time.Now()
@@ -76,6 +95,10 @@ func (in *installer) install(set *descriptors.Set) error {
 		in.installed(set)
 	}
 	in.log.Info("config loaded", "dir", in.dir, "generation", gen, "files", len(set.Files()), "domains", len(set.Domains()), "descriptors", set.Len())
+	if len(ramping) > 0 {
+		in.log.Info("rules added within the burst time of a retired rule start empty and fill over their own: each may be that rule renamed",
+			"rules", strings.Join(ramping, ","))
+	}
 	if len(set.Files()) == 0 {
 		in.log.Warn("config dir has no *.yaml or *.yml files: every request is OK", "dir", in.dir)
 	}
