@@ -397,7 +397,9 @@ func TestReloadsNeverOpenTheCap(t *testing.T) {
 // sweeps, all at one instant, so nothing refills. Every admitted token
 // counts 1/B of the limit it was decided under (the status's limit): a
 // bucket keeps its fill ratio across each reload, and a renamed rule ramps
-// from empty, so the sum is at most the one bucket there was. Under -race,
+// from empty, so the sum is at most the one bucket there was, plus what the
+// wait-policy limit may reserve past empty: R·max_wait = 0.05 of a token
+// in 300. Under -race,
 // nothing is read unsafely.
 func TestReloadsUnderConcurrentDraws(t *testing.T) {
 	t.Parallel()
@@ -459,7 +461,7 @@ func TestReloadsUnderConcurrentDraws(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
-		if units > 1+1e-6 {
+		if units > 1+0.05/300+1e-6 {
 			t.Fatalf("trial %d: admitted %.4f buckets at one instant across reloads, more than the one there was", trial, units)
 		}
 	}
