@@ -361,7 +361,14 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 		ok, _, err := kv.Acquire(&api.KVPair{Key: keys.Report("node-2"), Value: []byte("theirs"), Session: foreign}, nil)
 		return err == nil && ok
 	})
-	w.during(2*time.Second, nil)
+	// Its session destroyed, its next write makes a new one, and the writes
+	// after are refused as held: as many as it gets to make, however busy
+	// the machine, so wait for two rather than for a time.
+	waitUntil(t, 30*time.Second, "node-2's writes refused as held, twice", func() bool {
+		w.poll()
+		st := node2.demander().status()
+		return node2.counted(writeErrorsOf, writeHeld) >= 2 && st != nil && strings.HasPrefix(st.WriteError, "held: ")
+	})
 	w.check("node-2's key held by another session")
 	st := node2.demander().status()
 	if held := node2.counted(writeErrorsOf, writeHeld); held < 2 || st == nil || !strings.HasPrefix(st.WriteError, "held: ") {

@@ -51,7 +51,8 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg.Replicas, cfg.Node, cfg.MembershipHold = 5, "node-1", 0
+	// No hold and no grace: a deregistered instance drops out at once.
+	cfg.Replicas, cfg.Node, cfg.MembershipHold, cfg.MembershipGrace = 5, "node-1", 0, 0
 	cfg.JoinRamp = 0 // the test reads fresh buckets: no join ramp
 	cfg.DomainServices = []config.DomainService{{Domain: "a", Service: "svc-a"}, {Domain: "b", Service: "svc-b"}}
 	d, err := New(cfg, quietLog(), "test")

@@ -112,7 +112,7 @@ func (v *view) register(reg prometheus.Registerer) {
 		gauge("sharelimit_membership_age_seconds", "Seconds since the membership view in force was last confirmed.", age),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total", ConstLabels: labels,
 			Help: "Membership watch errors since start."}, func() float64 { return float64(v.cur.Load().Errors) }),
-		faultCollector{v},
+		newFaultCollector(v),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_pending_weight", ConstLabels: labels,
 			Help: "The weight a held membership change (--membership-hold) will apply if it holds; 0 when none is held."},
 			func() float64 {
@@ -128,20 +128,25 @@ func (v *view) register(reg prometheus.Registerer) {
 	)
 }
 
-// faultDesc is sharelimit_membership_fault: 1 for the cause that keeps the
-// view in force from being the cluster's, and no series when nothing does.
-var faultDesc = prometheus.NewDesc("sharelimit_membership_fault",
-	"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, absent (this node has no counted instance), error.",
-	[]string{"service", "cause"}, nil)
+// faultCollector exports sharelimit_membership_fault for one view: 1 for
+// the cause that keeps the view in force from being the cluster's, and no
+// series when nothing does.
+type faultCollector struct {
+	v    *view
+	desc *prometheus.Desc
+}
 
-// faultCollector exports a view's fault.
-type faultCollector struct{ v *view }
+func newFaultCollector(v *view) faultCollector {
+	return faultCollector{v: v, desc: prometheus.NewDesc("sharelimit_membership_fault",
+		"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, absent (this node has no counted instance), error.",
+		[]string{"cause"}, prometheus.Labels{"service": v.service})}
+}
 
-func (f faultCollector) Describe(ch chan<- *prometheus.Desc) { ch <- faultDesc }
+func (f faultCollector) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
 
 func (f faultCollector) Collect(ch chan<- prometheus.Metric) {
 	if cause := f.v.cur.Load().Fault; cause != "" {
-		ch <- prometheus.MustNewConstMetric(faultDesc, prometheus.GaugeValue, 1, f.v.service, cause)
+		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, 1, cause)
 	}
 }
 
