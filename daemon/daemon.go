@@ -253,6 +253,13 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			return fmt.Errorf("consul client: %w", err)
 		}
 		token = ccfg.Token
+		if cfg.Replicas == 1 && d.snap == nil {
+			// Until Consul first answers, --replicas stands: at 1, a replica
+			// whose watch never succeeds (a wrong token, an ACL-filtered
+			// answer, an agent it cannot reach) enforces every limit whole.
+			d.log.Warn("membership: --replicas is 1, so until Consul first answers this replica enforces every limit whole; set --replicas to the replica count you expect",
+				"service", cfg.ConsulService)
+		}
 	}
 	// The default view takes --consul-service's mapped domains too, if any
 	// are mapped to it: they are divided by the same count.
