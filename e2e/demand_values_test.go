@@ -51,10 +51,13 @@ func TestDemandPerValue(t *testing.T) {
 				c.register(i)
 			}
 			c.startAll(k)
-			hot := startLoad(t, c, loadOpts{rate: 2 * demandLimit, max: 2 * phase, weights: skewed(k, 0),
+			hot := startLoad(t, c, loadOpts{rate: 2 * demandLimit, max: 2 * phase, weights: skewed(k, 0), rule: tenantRule,
 				request: tenantRequest(func(uint64) string { return "t1" })})
-			cold := startLoad(t, c, loadOpts{rate: 200, max: 2 * phase, weights: []float64{1, 1, 1, 1},
+			cold := startLoad(t, c, loadOpts{rate: 200, max: 2 * phase, weights: []float64{1, 1, 1, 1}, rule: tenantRule,
 				request: tenantRequest(func(seq uint64) string { return fmt.Sprint("c", seq%100) })})
+			// The daemons count the rule's decisions, t1's and the cold
+			// tenants' together: t1's are what is left without the cold.
+			hot.shareRule(cold)
 			hot.sleepUntil(phase)
 			hot.setWeights(skewed(k, 1)...)
 			hot.wait()
@@ -63,49 +66,46 @@ func TestDemandPerValue(t *testing.T) {
 			cold.checkClean(t)
 			end := hot.lastAnswered()
 
-			w1 := hot.stable(t, converge, phase)
-			w2 := hot.stable(t, phase+converge, end)
+			w1 := hot.window(converge, phase)
+			w2 := hot.window(phase+converge, end)
 			res[m].converged, res[m].moved = hot.admitted(w1), hot.admitted(w2)
-			cw := cold.stable(t, time.Second, cold.lastAnswered())
-			if off, adm := cold.offered(cw), cold.admitted(cw); adm < off*0.999 {
-				t.Errorf("cold tenants: %.1f/s admitted of %.1f/s offered in %v; they are far under their shares", adm, off, cw)
-			}
-			res[m].back = -1
-			for at := phase + time.Second; at <= end; at += binWidth {
-				if hot.admitted(window{at - time.Second, at}) >= demandFloor*demandLimit {
-					res[m].back = at - phase
-					break
+			// The cold tenants are far under their shares: every one of
+			// their requests is admitted.
+			for i := range k {
+				if _, over, _ := cold.totals(i); over > 0 {
+					t.Errorf("cold tenants: %s refused %d of their requests; they are far under their shares", c.daemons[i].node, over)
 				}
 			}
+			var tested bool
+			res[m].back, tested = hot.recovered(phase, phase+converge+time.Second, demandLimit, 1-demandFloor)
 			if top == "0" {
+				// Equal shares leave most of the cold replicas' shares of
+				// t1 unused: if they did not, the scenario would no longer
+				// show what demand sharing is for.
+				hot.atMost(t, "t1 at equal shares, against 75% of L", w1, 0.75*demandLimit, 0)
 				return
 			}
-			worst, ww := hot.worstWindow(t, 1500*time.Millisecond, phase)
-			t.Logf("worst one-second window before the move: %.1f/s in %v (%s of L)", worst, ww, dev(worst, demandLimit))
-			if worst > demandLimit*(1+tolerance) {
-				t.Errorf("a one-second window admitted %.1f/s for t1 in %v, above L + %.0f%%", worst, ww, 100*tolerance)
-			}
-			for _, x := range []struct {
-				name string
-				rate float64
-				w    window
-			}{{"hot node1", res[m].converged, w1}, {"hot node2", res[m].moved, w2}} {
-				if x.rate < demandFloor*demandLimit {
-					t.Errorf("%s: t1 admitted %.1f/s in %v, %.1f%% of L; want at least %.0f%%", x.name, x.rate, x.w, 100*x.rate/demandLimit, 100*demandFloor)
-				}
-			}
-			moveWorst, mw := hot.worstWindow(t, phase-time.Second+binWidth, phase+converge+time.Second)
-			t.Logf("worst one-second window around the move: %.1f/s in %v (%s of L)", moveWorst, mw, dev(moveWorst, demandLimit))
-			if res[m].back < 0 || res[m].back > converge+time.Second {
-				t.Errorf("after the move t1 took %v to be back at %.0f%% of L, want at most %v", res[m].back, 100*demandFloor, converge+time.Second)
-			}
+			hot.capped(t, "t1 before the move", 1500*time.Millisecond, phase, demandLimit, tolerance)
+			hot.atLeast(t, "t1 hot on node1", w1, demandLimit, 1-demandFloor)
+			hot.atLeast(t, "t1 hot on node2", w2, demandLimit, 1-demandFloor)
+			mw := hot.busiest(phase-time.Second+slotWidth, phase+converge+time.Second)
+			t.Logf("busiest one-second window around the move: %v (%s of L)", mw, dev(mw.hi, demandLimit))
+			checkBack(t, "after the move t1", res[m].back, tested, converge+time.Second)
 			// Every replica holds t1 hot, and only t1; node2, hot now, shows
-			// its share of it; the leader shows t1's division.
+			// its share of it; the leader shows t1's division. That is the
+			// state the load's last seconds leave: if the load ran more
+			// than a demand interval behind then, the daemons never saw
+			// that shape, and only the invariants are checked.
+			late := hot.maxLag(hot.window(2*phase-converge, 2*phase))
+			shaped := late <= demandInterval
+			if !shaped {
+				t.Logf("NOT TESTED: the hot values and the division at the end: the load ran up to %v behind in its last %v", late.Round(time.Millisecond), converge)
+			}
 			var shares float64
 			leaders := 0
 			for i, d := range c.daemons {
 				hotValues := c.metrics(d)[fmt.Sprintf(`sharelimit_demand_hot_values{rule=%q,service=%q}`, tenantRule, service)]
-				if hotValues != 1 {
+				if shaped && hotValues != 1 {
 					t.Errorf("%s: %v hot values, want 1 (t1)", d.node, hotValues)
 				}
 				dm := c.mustRlconfig(d).Membership.Demand
@@ -115,7 +115,7 @@ func TestDemandPerValue(t *testing.T) {
 				for _, x := range dm.Rules {
 					if x.Rule == tenantRule && x.Value == "tenant=t1" {
 						shares += x.Share
-						if i == 1 && x.Share <= 0.25 {
+						if shaped && i == 1 && x.Share <= 0.25 {
 							t.Errorf("node2, hot for t1: share %v, want more than the equal 0.25", x.Share)
 						}
 					}
@@ -128,7 +128,7 @@ func TestDemandPerValue(t *testing.T) {
 							rows++
 						}
 					}
-					if rows != k {
+					if shaped && rows != k {
 						t.Errorf("the leader %s lists %d replicas in t1's division, want %d", d.node, rows, k)
 					}
 				}
@@ -136,7 +136,7 @@ func TestDemandPerValue(t *testing.T) {
 			if leaders != 1 {
 				t.Errorf("%d leaders", leaders)
 			}
-			if shares > 1+1e-9 || shares < 0.9 {
+			if shares > 1+1e-9 || (shaped && shares < 0.9) {
 				t.Errorf("t1's shares in force sum to %.6f of L at the end, want at most 1 (and close to it)", shares)
 			}
 		})
@@ -152,7 +152,4 @@ func TestDemandPerValue(t *testing.T) {
 			fmt.Sprintf("%.1f/s (%.1f%%)", res[m].moved, 100*res[m].moved/demandLimit), back)
 	}
 	tb.log(t)
-	if res[0].converged > 0.75*demandLimit {
-		t.Errorf("equal shares admitted %.1f%% of L for t1: the scenario no longer shows what demand sharing is for", 100*res[0].converged/demandLimit)
-	}
 }

@@ -9,6 +9,14 @@
 // that a daemon drains cleanly on SIGTERM; each prints a table of what it
 // measured (go test -v).
 //
+// Every rate is read from the daemons' own accounting (/rlconfig/admitted:
+// what each admitted per 100 ms of its clock), not from the client's answers,
+// so a load that falls behind on a busy machine changes what is offered,
+// never what is measured. The upper bound of a window is always checked,
+// allowing for the tokens the load's lateness can have saved; a lower bound
+// is checked against what could be admitted given what was offered and when
+// (measure_test.go says how, and why the bounds are sound).
+//
 //	go test -race -count=1 -v ./e2e/
 //
 // The package holds no code of its own; everything is in its tests. Set

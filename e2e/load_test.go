@@ -18,9 +18,6 @@ import (
 )
 
 const (
-	// binWidth is the resolution of every measurement: answers are counted
-	// per daemon per bin, by the time their request fell due.
-	binWidth = 100 * time.Millisecond
 	// tick is how often the dispatcher sends the requests that have fallen
 	// due: at the rates used here, a request or two.
 	tick = 5 * time.Millisecond
@@ -36,32 +33,24 @@ const (
 	// backlog is how many due requests may wait for a worker. Requests that
 	// would exceed it are shed and counted; the scenarios require none.
 	backlog = 8192
-	// onTime is how late an answer may come, after its request fell due,
-	// for its bin to count as on time; see stable.
-	onTime = 50 * time.Millisecond
 )
 
-// counts are the answers of one daemon to the requests due in one bin.
-type counts struct {
-	ok, over, errs atomic.Int64
-	// late is the most any of those requests was answered after it fell
-	// due, in nanoseconds: how far the client or the daemon lagged.
-	late atomic.Int64
-	// sendLate is the most any of them went out after it fell due: how far
-	// the client alone lagged.
-	sendLate atomic.Int64
-}
+// Request outcomes, as a request's record keeps them.
+const (
+	unsent = iota // not (yet) sent: shed, or the load stopped first
+	answeredOK
+	answeredOver
+	failed
+)
 
-// storeMin lowers v to x if x is smaller.
-func storeMin(v *atomic.Int64, x int64) {
-	for cur := v.Load(); x < cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
-	}
-}
-
-// storeMax raises v to x if x is larger.
-func storeMax(v *atomic.Int64, x int64) {
-	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
-	}
+// request is one request of the load: which daemon slot it went to, when it
+// fell due, went out and was answered (or failed), since the load's start.
+// The measurements come from the daemons' own accounting (measure_test.go);
+// the requests say when the load ran late, and what it was told.
+type request struct {
+	slot                int
+	due, sent, answered time.Duration
+	outcome             int
 }
 
 // span is when the first and the last requests answered with a given
@@ -76,6 +65,10 @@ type loadOpts struct {
 	// request builds request seq; nil sends envoyRequest, whose answers
 	// must carry three statuses of which only the first may be over.
 	request func(seq uint64) *rlsv3.RateLimitRequest
+	// rule is the rule whose decisions the daemons' accounting is read for:
+	// the one limit this load is meant to test. "" is clusterRule, the one
+	// envoyRequest binds on.
+	rule string
 }
 
 // load is an open-loop generator of Envoy-shaped ShouldRateLimit requests:
@@ -83,22 +76,37 @@ type loadOpts struct {
 // as a stream of client requests reaches Envoy. Each is sent to one daemon,
 // chosen by smooth weighted round robin over the slots, as a load balancer
 // in front of the nodes would spread the clients. Its methods are safe for
-// concurrent use.
+// concurrent use, but for the measurements (measure_test.go), which read
+// what it recorded once it has stopped.
 type load struct {
+	t       *testing.T
+	c       *cluster
 	rate    float64
 	request func(seq uint64) *rlsv3.RateLimitRequest
 	custom  bool // request is not envoyRequest
+	rule    string
 	max     time.Duration
 	start   time.Time
-	bins    [][]counts // [slot][bin]
+	// requests is every request, by sequence number. Each is written by
+	// the dispatcher, then by the one worker that sends it.
+	requests []request
+	// others are loads on the same cluster whose requests the rule also
+	// decides: their decisions are taken out of this load's (see
+	// shareRule).
+	others []*load
 
 	mu      sync.Mutex
 	clients []rlsv3.RateLimitServiceClient
 	weights []float64
 	current []float64                  // smooth weighted round robin state
+	pending []int                      // per slot: requests picked and not yet answered
 	limits  []map[uint32]span          // per slot: current_limit → when seen
 	errs    map[string]int             // error → count
 	other   []*rlsv3.RateLimitResponse // answers whose secondary limits were over
+	// accts are, per slot, the accounts of the processes that served it,
+	// oldest first: a slot gets a new one when it is pointed at a restarted
+	// daemon.
+	accts [][]*acct
 
 	sent       atomic.Int64
 	shed       atomic.Int64
@@ -109,11 +117,15 @@ type load struct {
 	stopOnce   sync.Once
 	stopped    chan struct{}
 	done       chan struct{}
+	pollDone   chan struct{}
+	finished   chan struct{} // closed once stop has read the last accounting
+	// lags caches lag at each slot boundary once the load has stopped.
+	lags map[int64]time.Duration
 }
 
 // startLoad starts sending requests to the cluster's daemons. It stops by
 // itself after opts.max, or when stop is called, and at the latest when the
-// test ends.
+// test ends. While it runs it reads each daemon's accounting of opts.rule.
 func startLoad(t *testing.T, c *cluster, opts loadOpts) *load {
 	t.Helper()
 	n := len(c.daemons)
@@ -121,31 +133,40 @@ func startLoad(t *testing.T, c *cluster, opts loadOpts) *load {
 		t.Fatalf("load: %d weights for %d daemons", len(opts.weights), n)
 	}
 	l := &load{
+		t:         t,
+		c:         c,
 		rate:      opts.rate,
 		request:   opts.request,
 		custom:    opts.request != nil,
+		rule:      opts.rule,
 		max:       opts.max,
-		bins:      make([][]counts, n),
+		requests:  make([]request, int(opts.rate*opts.max.Seconds())+2),
 		clients:   make([]rlsv3.RateLimitServiceClient, n),
 		weights:   slices.Clone(opts.weights),
 		current:   make([]float64, n),
+		pending:   make([]int, n),
 		limits:    make([]map[uint32]span, n),
+		accts:     make([][]*acct, n),
 		firstSend: make([]atomic.Int64, n),
 		errs:      map[string]int{},
 		jobs:      make(chan job, backlog),
 		stopped:   make(chan struct{}),
 		done:      make(chan struct{}),
+		pollDone:  make(chan struct{}),
+		finished:  make(chan struct{}),
 	}
 	if l.request == nil {
 		l.request = envoyRequest
 	}
-	nbins := int(opts.max/binWidth) + 2
+	if l.rule == "" {
+		l.rule = clusterRule
+	}
 	for i, d := range c.daemons {
 		l.firstSend[i].Store(math.MaxInt64)
-		l.bins[i] = make([]counts, nbins)
 		l.limits[i] = map[uint32]span{}
 		if d != nil {
 			l.clients[i] = d.rls
+			l.accts[i] = []*acct{newAcct(c, d, l.rule)}
 		}
 		if l.weights[i] > 0 && l.clients[i] == nil {
 			t.Fatalf("load: slot %d has weight %v but no daemon", i, l.weights[i])
@@ -157,6 +178,7 @@ func startLoad(t *testing.T, c *cluster, opts loadOpts) *load {
 		go l.work()
 	}
 	t.Cleanup(l.stop)
+	go l.poll()
 	go l.run()
 	return l
 }
@@ -194,25 +216,27 @@ func (l *load) run() {
 		}
 		// Open loop: whatever fell due since the last tick goes out now,
 		// even if the dispatcher was held up.
-		for n := int64(l.rate*el.Seconds()) - l.sent.Load(); n > 0; n-- {
+		for n := int64(l.rate*el.Seconds()) - l.sent.Load(); n > 0 && seq < uint64(len(l.requests)); n-- {
 			due := time.Duration(float64(seq) / l.rate * float64(time.Second))
-			seq++
 			l.sent.Add(1)
 			slot, client := l.pick()
-			if client == nil {
-				continue
+			l.requests[seq] = request{slot: slot, due: due}
+			if client != nil {
+				select {
+				case l.jobs <- job{slot, client, seq, due}:
+				default:
+					l.shed.Add(1)
+					l.answered(slot)
+				}
 			}
-			select {
-			case l.jobs <- job{slot, client, seq, due}:
-			default:
-				l.shed.Add(1)
-			}
+			seq++
 		}
 	}
 }
 
 // pick chooses the next daemon by smooth weighted round robin (nginx's): it
 // spreads requests in the exact proportions of the weights, interleaved.
+// The request counts as pending at its daemon until answered.
 func (l *load) pick() (int, rlsv3.RateLimitServiceClient) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -231,16 +255,21 @@ func (l *load) pick() (int, rlsv3.RateLimitServiceClient) {
 		return -1, nil
 	}
 	l.current[best] -= total
+	l.pending[best]++
 	return best, l.clients[best]
 }
 
-// send makes request seq, due at the given time since the start, and counts
-// its answer in the bin of its due time. Counting by due time rather than by
-// the moment the request went out keeps the series true to the offered load
-// when the client falls behind: a backlog sent late spends the tokens that
-// accrued while it waited, and is counted where it was due.
+// answered ends a request's time as pending at slot.
+func (l *load) answered(slot int) {
+	l.mu.Lock()
+	l.pending[slot]--
+	l.mu.Unlock()
+}
+
+// send makes request seq and records when it went out and was answered.
 func (l *load) send(j job) {
-	slot, due := j.slot, j.due
+	defer l.answered(j.slot)
+	slot := j.slot
 	sentAt := time.Since(l.start)
 	storeMin(&l.firstSend[slot], int64(sentAt))
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
@@ -248,21 +277,19 @@ func (l *load) send(j job) {
 	cancel()
 	answered := time.Since(l.start)
 	storeMax(&l.lastAnswer, int64(answered))
-	b := &l.bins[slot][min(int(due/binWidth), len(l.bins[slot])-1)]
-	storeMax(&b.late, int64(answered-due))
-	storeMax(&b.sendLate, int64(sentAt-due))
+	r := &l.requests[j.seq]
+	r.sent, r.answered = sentAt, answered
 	if err != nil {
-		b.errs.Add(1)
+		r.outcome = failed
 		st := status.Convert(err)
 		l.mu.Lock()
 		l.errs[fmt.Sprintf("%s: %s", st.Code(), st.Message())]++
 		l.mu.Unlock()
 		return
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-		b.ok.Add(1)
-	} else {
-		b.over.Add(1)
+	r.outcome = answeredOK
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		r.outcome = answeredOver
 	}
 	// One status per descriptor, and only the first limit ever binds.
 	unexpected := !l.custom && len(resp.Statuses) != 3
@@ -277,11 +304,23 @@ func (l *load) send(j job) {
 	if len(resp.Statuses) > 0 {
 		rpu := resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
 		s, seen := l.limits[slot][rpu]
-		if !seen || due < s.first {
-			s.first = due
+		if !seen || j.due < s.first {
+			s.first = j.due
 		}
-		s.last = max(s.last, due)
+		s.last = max(s.last, j.due)
 		l.limits[slot][rpu] = s
+	}
+}
+
+// storeMin lowers v to x if x is smaller.
+func storeMin(v *atomic.Int64, x int64) {
+	for cur := v.Load(); x < cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
+	}
+}
+
+// storeMax raises v to x if x is larger.
+func storeMax(v *atomic.Int64, x int64) {
+	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
 	}
 }
 
@@ -325,13 +364,83 @@ func (l *load) setWeights(w ...float64) {
 	clear(l.current)
 }
 
-// setTarget points slot i at a new daemon (a restarted process) with weight w.
+// setTarget points slot i at a new daemon (a restarted process) with weight
+// w; the new process's accounting is read from then on.
 func (l *load) setTarget(i int, d *daemon, w float64) {
+	a := newAcct(l.c, d, l.rule)
+	a.fetch() // its first slots, before it has decided anything for the load
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.clients[i] = d.rls
 	l.weights[i] = w
+	l.accts[i] = append(l.accts[i], a)
 	clear(l.current)
+}
+
+// retire reads the last of the accounting of slot i's daemon, which the
+// load balancer has stopped sending to (its weight is 0): once its last
+// requests are answered, it decides nothing more for the load, and its
+// slots are complete. Call it before the daemon stops, and then nothing of
+// what it decided is lost with the process.
+func (l *load) retire(i int) {
+	l.t.Helper()
+	deadline := time.Now().Add(requestTimeout + time.Second)
+	for {
+		l.mu.Lock()
+		w, pending, a := l.weights[i], l.pending[i], l.accts[i][len(l.accts[i])-1]
+		l.mu.Unlock()
+		if w > 0 {
+			l.t.Fatalf("retire slot %d: its weight is %v; the load still sends to it", i, w)
+		}
+		if pending == 0 {
+			if err := a.finish(); err != nil {
+				l.t.Logf("%s: the last of its accounting could not be read (%v): what it decided since %s is unknown", a.node, err, a.knownThrough())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Logf("%s: %d requests still pending %s after it was taken out; its accounting is read as it stands", a.node, pending, requestTimeout)
+			a.fetch()
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// poll reads every daemon's accounting once a second while the load runs, so
+// that nothing ages out of a daemon's ring (25.6 s) before it is read.
+func (l *load) poll() {
+	defer close(l.pollDone)
+	tk := time.NewTicker(time.Second)
+	defer tk.Stop()
+	for {
+		for _, a := range l.liveAccts() {
+			a.fetch()
+		}
+		select {
+		case <-l.stopped:
+			return
+		case <-l.done:
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// liveAccts are the accounts still to be read: of daemons that have not
+// exited and were not read for the last time.
+func (l *load) liveAccts() []*acct {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*acct
+	for _, as := range l.accts {
+		for _, a := range as {
+			if !a.isFinal() && !a.d.exited() {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // firstSent is when, since the start, slot i got its first request: its
@@ -342,7 +451,7 @@ func (l *load) firstSent(i int) time.Duration { return time.Duration(l.firstSend
 // of the run was made later.
 func (l *load) lastAnswered() time.Duration { return time.Duration(l.lastAnswer.Load()) }
 
-// elapsed is the time since the load started, on the scale of its bins.
+// elapsed is the time since the load started.
 func (l *load) elapsed() time.Duration { return time.Since(l.start) }
 
 // sleepUntil sleeps until the load has run for at least d.
@@ -352,12 +461,22 @@ func (l *load) sleepUntil(d time.Duration) {
 	}
 }
 
-// stop ends the load and waits for every request in flight. It is safe to
-// call more than once, and from any goroutine.
+// stop ends the load, waits for every request in flight, and reads the
+// last of every running daemon's accounting. It is safe to call more than
+// once, and from any goroutine.
 func (l *load) stop() {
-	l.stopOnce.Do(func() { close(l.stopped) })
-	<-l.done
-	l.workers.Wait()
+	l.stopOnce.Do(func() {
+		close(l.stopped)
+		<-l.done
+		l.workers.Wait()
+		<-l.pollDone
+		for _, a := range l.liveAccts() {
+			if err := a.finish(); err != nil {
+				l.t.Logf("%s: the last of its accounting could not be read (%v): what it decided since %s is unknown", a.node, err, a.knownThrough())
+			}
+		}
+		close(l.finished)
+	})
 }
 
 // wait lets the load run to its end, then stops it.
@@ -366,121 +485,33 @@ func (l *load) wait() {
 	l.stop()
 }
 
-// window is a span of the load's time, in whole bins.
-type window struct{ from, to time.Duration }
-
-func (w window) String() string {
-	return fmt.Sprintf("[%.1fs, %.1fs)", w.from.Seconds(), w.to.Seconds())
+// totals counts every answer of the run to slot i, as the client saw them.
+func (l *load) totals(slot int) (ok, over, errs int64) {
+	return l.answers(0, time.Duration(math.MaxInt64), slot)
 }
 
-func (w window) seconds() float64 { return (w.to - w.from).Seconds() }
-
-// onTimeBin reports whether every request due in bin b, to any daemon, was
-// answered within onTime of falling due, and none failed. An empty bin (no
-// request fell due) is on time.
-func (l *load) onTimeBin(b int) bool {
-	for s := range l.bins {
-		if b < 0 || b >= len(l.bins[s]) {
+// answers counts, as the client saw them, the answers of slot to the
+// requests due in [from, to). It needs the load stopped.
+func (l *load) answers(from, to time.Duration, slot int) (ok, over, errs int64) {
+	select {
+	case <-l.finished:
+	default:
+		panic("e2e: a load's answers are counted before it has stopped")
+	}
+	for _, r := range l.requests[:l.sent.Load()] {
+		if r.slot != slot || r.due < from || r.due >= to {
 			continue
 		}
-		c := &l.bins[s][b]
-		if c.late.Load() > int64(onTime) || c.errs.Load() > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// stable returns the largest window within [from, to) whose edges the client
-// and the daemons met on time: the bins on both sides of each edge were
-// answered on time.
-//
-// Why: under load the buckets are empty, so the answers to the requests due
-// in a window spend exactly the tokens that accrued over it, however the
-// requests bunched up inside it (a bucket holds at least a second's worth of
-// its share, so a stall shorter than that loses no token). Only a stall across an edge moves admissions
-// from one side of it to the other. On a machine shared with other work (CI
-// runs packages in parallel) such stalls happen; measuring between on-time
-// edges keeps them out of the result without loosening the tolerance. The
-// window may shrink to half its length; beyond that the test fails, saying the
-// machine could not keep up.
-func (l *load) stable(t *testing.T, from, to time.Duration) window {
-	t.Helper()
-	lo := int((from + binWidth - 1) / binWidth)
-	hi := int(to / binWidth)
-	want := hi - lo
-	edge := func(i int) bool { return l.onTimeBin(i-1) && l.onTimeBin(i) }
-	for lo < hi && !edge(lo) {
-		lo++
-	}
-	for hi > lo && !edge(hi) {
-		hi--
-	}
-	w := window{time.Duration(lo) * binWidth, time.Duration(hi) * binWidth}
-	if 2*(hi-lo) < want {
-		t.Errorf("measurement window %v: the load generator or the daemons fell more than %s behind at too many points (%s); the machine is too busy to measure a rate", w, onTime, l.lateness())
-	}
-	return w
-}
-
-// count sums the answers of the given slots (every slot when none is given)
-// to the requests due in w.
-func (l *load) count(w window, slots ...int) (ok, over, errs int64) {
-	if len(slots) == 0 {
-		for i := range l.bins {
-			slots = append(slots, i)
-		}
-	}
-	for _, s := range slots {
-		for b := int(w.from / binWidth); b < int(w.to/binWidth) && b < len(l.bins[s]); b++ {
-			ok += l.bins[s][b].ok.Load()
-			over += l.bins[s][b].over.Load()
-			errs += l.bins[s][b].errs.Load()
+		switch r.outcome {
+		case answeredOK:
+			ok++
+		case answeredOver:
+			over++
+		case failed:
+			errs++
 		}
 	}
 	return ok, over, errs
-}
-
-// admitted is the admitted requests per second of the given slots in w.
-func (l *load) admitted(w window, slots ...int) float64 {
-	ok, _, _ := l.count(w, slots...)
-	return float64(ok) / w.seconds()
-}
-
-// offered is the requests per second sent to the given slots in w.
-func (l *load) offered(w window, slots ...int) float64 {
-	ok, over, errs := l.count(w, slots...)
-	return float64(ok+over+errs) / w.seconds()
-}
-
-// totals sums every answer of the run, per slot.
-func (l *load) totals(slot int) (ok, over, errs int64) {
-	return l.count(window{0, time.Duration(len(l.bins[slot])) * binWidth}, slot)
-}
-
-// lateness describes how far behind the load ran: the latest request sent
-// after its due time (the client's lag), the latest answer (the client's and
-// the daemon's), and how many bins had an answer later than onTime.
-func (l *load) lateness() string {
-	var sent, answered int64
-	late, used := 0, 0
-	for b := range l.bins[0] {
-		active := false
-		for s := range l.bins {
-			c := &l.bins[s][b]
-			sent = max(sent, c.sendLate.Load())
-			answered = max(answered, c.late.Load())
-			active = active || c.ok.Load()+c.over.Load()+c.errs.Load() > 0
-		}
-		if active {
-			used++
-			if !l.onTimeBin(b) {
-				late++
-			}
-		}
-	}
-	return fmt.Sprintf("latest send %s and latest answer %s after due, %d of %d bins answered later than %s",
-		time.Duration(sent).Round(time.Millisecond), time.Duration(answered).Round(time.Millisecond), late, used, onTime)
 }
 
 // limitSpans returns, for slot i, when each current_limit was seen.
@@ -494,13 +525,13 @@ func (l *load) limitSpans(i int) map[uint32]span {
 // other than the global one: the scenarios all require a clean run.
 func (l *load) checkClean(t *testing.T) {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var errs int64
-	for i := range l.bins {
+	for i := range l.clients {
 		_, _, e := l.totals(i)
 		errs += e
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if errs > 0 {
 		var b strings.Builder
 		for _, k := range slices.Sorted(maps.Keys(l.errs)) {
@@ -514,32 +545,4 @@ func (l *load) checkClean(t *testing.T) {
 	if len(l.other) > 0 {
 		t.Errorf("%d answers were over a limit other than the global one, or malformed; first: %v", len(l.other), l.other[0])
 	}
-}
-
-// worstWindow is the most any one-second window within [from, to), sliding
-// by bin, admitted per second, among the windows whose edges were met on
-// time (see stable); fewer than half of them measurable fails the test.
-func (l *load) worstWindow(t *testing.T, from, to time.Duration) (float64, window) {
-	t.Helper()
-	const span = int(time.Second / binWidth)
-	edge := func(b int) bool { return l.onTimeBin(b-1) && l.onTimeBin(b) }
-	var worst float64
-	var worstW window
-	measured, windows := 0, 0
-	for b := int(from / binWidth); b+span <= int(to/binWidth); b++ {
-		windows++
-		if !edge(b) || !edge(b+span) {
-			continue
-		}
-		measured++
-		w := window{time.Duration(b) * binWidth, time.Duration(b+span) * binWidth}
-		if r := l.admitted(w); r > worst {
-			worst, worstW = r, w
-		}
-	}
-	t.Logf("%d of %d one-second windows in [%v, %v) had on-time edges; load: %s", measured, windows, from, to, l.lateness())
-	if 2*measured < windows {
-		t.Errorf("only %d of %d windows could be measured: the machine is too busy to measure a rate", measured, windows)
-	}
-	return worst, worstW
 }

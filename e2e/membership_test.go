@@ -16,6 +16,8 @@ import (
 const (
 	// ordersService is the second Consul service, which runs on fewer nodes.
 	ordersService = "db"
+	// ordersRule is the orders domain's limit.
+	ordersRule = "orders.generic_key_orders"
 	// ordersLimit is the orders domain's global limit, per second.
 	ordersLimit = 100
 )
@@ -79,7 +81,7 @@ func TestTwoServices(t *testing.T) {
 	c.awaitSeries(dbWeight, 0.5, startTimeout, c.daemons[:2]...)
 
 	edge := startLoad(t, c, loadOpts{rate: 2 * limit, max: 6 * time.Second, weights: []float64{1, 1, 1, 1}})
-	orders := startLoad(t, c, loadOpts{rate: 2 * ordersLimit, max: 6 * time.Second, weights: []float64{1, 1, 0, 0}, request: ordersRequest})
+	orders := startLoad(t, c, loadOpts{rate: 2 * ordersLimit, max: 6 * time.Second, weights: []float64{1, 1, 0, 0}, request: ordersRequest, rule: ordersRule})
 	edge.wait()
 	orders.wait()
 	edge.checkClean(t)
@@ -96,20 +98,17 @@ func TestTwoServices(t *testing.T) {
 		slots []int
 	}
 	for _, x := range []check{{"edge", edge, limit, []int{0, 1, 2, 3}}, {"orders", orders, ordersLimit, []int{0, 1}}} {
-		w := x.l.stable(t, 1500*time.Millisecond, x.l.lastAnswered())
+		w := x.l.window(1500*time.Millisecond, x.l.lastAnswered())
 		for _, s := range x.slots {
 			share := x.limit / float64(len(x.slots))
 			got := x.l.admitted(w, s)
 			tb.add(x.name, c.daemons[s].node, x.l.offered(w, s), got, share, dev(got, share))
 		}
-		rate := x.l.admitted(w)
-		tb.add(x.name, "cluster "+w.String(), x.l.offered(w), rate, x.limit, dev(rate, x.limit))
-		if !within(rate, x.limit) {
-			t.Errorf("%s: cluster admitted %.1f/s, want %.0f/s ± %.0f%%", x.name, rate, x.limit, 100*tolerance)
-		}
+		r := x.l.near(t, x.name+": the cluster", w, x.limit, tolerance)
+		tb.add(x.name, "cluster "+w.String(), r.offered, r.lo, x.limit, dev(r.lo, x.limit))
+		t.Logf("%s: %v", x.name, r)
 	}
 	tb.log(t)
-	t.Logf("load: edge %s; orders %s", edge.lateness(), orders.lateness())
 	for _, d := range c.daemons {
 		c.checkShare(d, view{total: k, weight: 1.0 / k})
 	}
@@ -134,23 +133,26 @@ func TestWeights(t *testing.T) {
 	l.wait()
 	l.checkClean(t)
 
-	w := l.stable(t, 1500*time.Millisecond, l.lastAnswered())
+	w := l.window(1500*time.Millisecond, l.lastAnswered())
+	r := l.near(t, "the cluster", w, limit, tolerance)
 	rate := l.admitted(w)
+	// A node's part of the cluster's admissions is known to within what
+	// the load's lateness at the window's edges can have moved in or out.
+	slack := limit * (r.lagFrom + r.lagMax).Seconds() / w.seconds() / rate
 	tb := newTable(fmt.Sprintf("weights: 2 nodes weighing 1 and 3, L=%d/s, offered 2L spread 1:3, window %v", limit, w),
 		"node", "weight", "offered/s", "admitted/s", "share of admitted", "want")
 	for i, want := range []float64{0.25, 0.75} {
 		got := l.admitted(w, i)
 		tb.add(c.daemons[i].node, []int{1, 3}[i], l.offered(w, i), got, fmt.Sprintf("%.1f%%", 100*got/rate), fmt.Sprintf("%.0f%%", 100*want))
-		if math.Abs(got/rate-want) > tolerance {
-			t.Errorf("%s admitted %.1f%% of the cluster's admissions, want %.0f%% ± %.0f points", c.daemons[i].node, 100*got/rate, 100*want, 100*tolerance)
+		if math.Abs(got/rate-want) > tolerance+slack {
+			t.Errorf("%s admitted %.1f%% of the cluster's admissions, want %.0f%% ± %.0f points (± %.1f more for the load's lateness)",
+				c.daemons[i].node, 100*got/rate, 100*want, 100*tolerance, 100*slack)
 		}
 		c.checkShare(c.daemons[i], view{total: 2, weight: want})
 	}
 	tb.add("cluster", "", l.offered(w), rate, "", fmt.Sprintf("L=%d %s", limit, dev(rate, limit)))
 	tb.log(t)
-	if !within(rate, limit) {
-		t.Errorf("cluster admitted %.1f/s, want %d/s ± %.0f%%", rate, limit, 100*tolerance)
-	}
+	t.Logf("%v", r)
 }
 
 // TestFlapping: node4's health check flips between passing and critical every
@@ -167,19 +169,14 @@ func TestFlapping(t *testing.T) {
 		if hold != "" {
 			name = "hold=" + hold
 		}
-		t.Run(name, func(t *testing.T) {
-			worst, w := flap(t, hold)
-			t.Logf("%s: worst 1 s window admitted %.1f/s in %v, L=%d/s (%s)", name, worst, w, limit, dev(worst, limit))
-			if hold == "" && worst > limit*(1+tolerance) {
-				t.Errorf("a one-second window admitted %.1f/s in %v, above L=%d/s + %.0f%%", worst, w, limit, 100*tolerance)
-			}
-		})
+		t.Run(name, func(t *testing.T) { flap(t, hold) })
 	}
 }
 
 // flap runs the flapping scenario with the given --membership-hold ("" for the
-// default) and returns the most any one-second window admitted, per second.
-func flap(t *testing.T, hold string) (float64, window) {
+// default). With the default, every one-second window is held to L + 5%;
+// without the hold, the busiest is logged.
+func flap(t *testing.T, hold string) {
 	const k = 4
 	const (
 		period = 300 * time.Millisecond
@@ -205,5 +202,10 @@ func flap(t *testing.T, hold string) (float64, window) {
 	l.wait()
 	l.checkClean(t)
 
-	return l.worstWindow(t, start, start+flaps)
+	if hold == "" {
+		l.capped(t, "flapping, with the hold", start, start+flaps, limit, tolerance)
+		return
+	}
+	w := l.busiest(start, start+flaps)
+	t.Logf("flapping with --membership-hold %s: the busiest one-second window admitted %v, L=%d/s (%s)", hold, w, limit, dev(w.hi, limit))
 }

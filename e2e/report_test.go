@@ -100,26 +100,24 @@ type step struct {
 	n  int
 }
 
-// series turns the load's counts into a time series of bins of width w (a
-// multiple of binWidth) up to end. replicas lists the catalog's instance
-// count as steps.
+// series turns the daemons' accounting into a time series of bins of width
+// w (a multiple of the accounting slot) from the load's start up to end.
+// replicas lists the catalog's instance count as steps.
 func (l *load) series(title string, w, end time.Duration, names []string, lim float64, replicas []step, events []event) *timeSeries {
-	per := int(w / binWidth)
-	n := int(end / w)
 	ts := &timeSeries{Title: title, BinSeconds: w.Seconds(), Offered: l.rate, Events: events}
+	var bins []window
+	for at := l.window(0, w).from; at+w <= end; at += w {
+		bins = append(bins, window{at, at + w})
+	}
 	for slot, name := range names {
-		rs := replicaSeries{Name: name, Admitted: make([]float64, n)}
-		for i := range n {
-			var ok int64
-			for b := i * per; b < (i+1)*per; b++ {
-				ok += l.bins[slot][b].ok.Load()
-			}
-			rs.Admitted[i] = float64(ok) / w.Seconds()
+		rs := replicaSeries{Name: name, Admitted: make([]float64, len(bins))}
+		for i, b := range bins {
+			rs.Admitted[i] = l.admitted(b, slot)
 		}
 		ts.PerReplica = append(ts.PerReplica, rs)
 	}
-	for i := range n {
-		at := time.Duration(i) * w
+	for i, b := range bins {
+		at := b.from
 		ts.T = append(ts.T, at.Seconds())
 		ts.Limit = append(ts.Limit, lim)
 		sum := 0.0
