@@ -57,8 +57,10 @@ func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir strin
 
 // install puts set in force. Buckets of the rules it keeps keep their state,
 // at their fill ratio when the limit changed. The first set installs as at
-// start-up; every later one is a reload while serving, whose new rules ramp
-// (descriptors.Engine.SwapAt). Every set that compiled is accepted.
+// start-up; every later one is a reload while serving
+// (descriptors.Engine.SwapAt), in which a rule added within the burst time
+// of a retired one ramps, and the log names the rules whose ramp still
+// runs. Every set that compiled is accepted.
 func (in *installer) install(set *descriptors.Set) error {
 	if in.before != nil {
 		in.before(set)
@@ -96,7 +98,7 @@ func (in *installer) install(set *descriptors.Set) error {
 	}
 	in.log.Info("config loaded", "dir", in.dir, "generation", gen, "files", len(set.Files()), "domains", len(set.Domains()), "descriptors", set.Len())
 	if len(ramping) > 0 {
-		in.log.Info("rules added within the burst time of a retired rule start empty and fill over their own: each may be that rule renamed",
+		in.log.Info("rules ramping: added within the burst time of a retired rule, each may be that rule renamed, so it started empty and fills over its own burst time",
 			"rules", strings.Join(ramping, ","))
 	}
 	if len(set.Files()) == 0 {
