@@ -151,19 +151,18 @@ func (e *Engine) AddGroup(domains []string, w float64) (int, error) {
 
 // Swap installs set and returns the set it replaced. A rule whose identity
 // (its domain, path, share and share_threshold) the set in force has too
-// keeps its buckets:
-// their keys are derived from exactly those, so the new set finds them where
-// the old one left them. When the rule's limit changed (requests_per_unit,
-// unit, unit_multiplier, burst, policy or max_wait), each of its buckets
-// keeps its fill ratio, as a weight change does, and refills the time since
-// its last use at the slower of the two limits (bucket.Slower): a bucket
-// does not record when the reload came, and the slower guess is never
-// looser than the truth. A wait-policy bucket's reservations stay owed, as
-// the same share of the new bucket. So a changed limit, lowered or raised,
-// never hands out a fresh burst.
+// keeps its buckets: their keys are derived from exactly those, so the new
+// set finds them where the old one left them. When the rule's limit changed
+// (requests_per_unit, unit, unit_multiplier, burst, policy or max_wait),
+// each of its buckets keeps its fill ratio, as a weight change does, and
+// refills the time since its last use at the slower of the two limits
+// (bucket.Slower): a bucket does not record when the reload came, and the
+// slower guess is never looser than the truth. A wait-policy bucket's
+// reservations stay owed, as the same share of the new bucket. So a changed
+// limit, lowered or raised, never hands out a fresh burst.
 //
-// A rule new to the set in force starts with full buckets under Swap, as
-// at start-up: Swap is for the first set and for sets installed before the
+// A rule new to the set in force starts with full buckets under Swap, as at
+// start-up: Swap is for the first set and for sets installed before the
 // engine serves. A reload while the engine serves is SwapAt.
 func (e *Engine) Swap(set *Set) *Set {
 	e.swapMu.Lock()
@@ -171,29 +170,30 @@ func (e *Engine) Swap(set *Set) *Set {
 	return e.swap(set, 0, false)
 }
 
-// SwapAt is Swap for a reload at now, while the engine serves. It also
-// holds a rule that may be a renamed one to a ramp. A rule is new when the
-// set in force has no rule of its identity that draws: one added, renamed
-// (another key or value at any depth, or another domain), given another
-// share or share_threshold, or one that was unlimited, blocked
-// (requests_per_unit: 0) or without a limit. A rule is retired when it drew and no longer does. The
+// SwapAt is Swap for a reload at now, while the engine serves. It also holds
+// a rule that may be a renamed one to a ramp. A rule is new when the set in
+// force has no rule of its identity that draws: one added, renamed (another
+// key or value at any depth, or another domain), given another share or
+// share_threshold, or one that was unlimited, blocked (requests_per_unit: 0)
+// or without a limit. A rule is retired when it drew and no longer does. The
 // engine cannot tell a renamed rule from a new one; it knows a rename
-// retires a rule, in the same reload or (a removal, then an addition) in
-// an earlier one. So a new rule starts full, as at start-up, unless some
-// rule retired less than its own burst time B ÷ R ago (by then that rule's
-// spent burst has refilled at its own rate): then the new rule's buckets
-// start empty at now and fill linearly over its own burst time, as the join
-// ramp's do. The ramp holds the buckets the rule finds as well as those it
-// creates, so a rule renamed and renamed back (or blocked and unblocked)
-// finds its old buckets no fuller than the ramp. A ramp in progress carries
-// over a reload that keeps the rule, over the longer of its old and new
-// burst times.
+// retires a rule, in the same reload or (a removal, then an addition) in an
+// earlier one. So a new rule starts full, as at start-up, unless some rule
+// retired less than its own burst time B ÷ R ago (by then that rule's spent
+// burst has refilled at its own rate): then the new rule's buckets start
+// empty at now and fill linearly over its own burst time, as the join ramp's
+// do. The ramp holds the buckets the rule finds as well as those it creates,
+// so a rule renamed and renamed back (or blocked and unblocked) finds its
+// old buckets no fuller than the ramp. A ramp in progress carries over a
+// reload that keeps the rule, over the longer of its old and new burst
+// times.
 //
-// What it costs: a genuinely new rule added within that time of a removal
-// admits at most R·t in its first t < B/R on each replica (its share of
-// it), without its burst; no request on a key passes before the ramp holds
-// one token, 1/R after the reload (6 minutes for a rule of 10 an hour).
-// Where a reload removes and adds nothing, nothing ramps.
+// What it costs: a genuinely new rule added less than that time after a rule
+// retired admits at most R·t in its first t < B/R on each replica (its share
+// of it), without its burst; at weight 1 no request on a key passes before
+// the ramp holds one token, 1/R after the reload (6 minutes for a rule of 10
+// an hour), and later on a replica with a share. A rule added when no rule
+// retired within that time starts full.
 func (e *Engine) SwapAt(set *Set, now int64) *Set {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
