@@ -84,21 +84,24 @@ type cluster struct {
 	daemons []*daemon
 	procs   []*daemon // every process ever started, for the cleanup
 	admin   *http.Client
-	// args are added to every daemon's command line from the next start on.
+	// args are added to every daemon's command line from the next start on,
+	// and env to its environment.
 	args []string
+	env  []string
 	// state gives every daemon a --state-file of its own, kept across its
 	// restarts, from the next start on.
 	state    bool
 	stateDir string
 }
 
-// newCluster starts a Consul agent and writes the config; no daemon runs yet.
-// Every daemon started later is killed, by its PID, when the test ends.
-func newCluster(t *testing.T, k int, p configParams) *cluster {
+// newCluster starts a Consul agent (with opts) and writes the config; no
+// daemon runs yet. Every daemon started later is killed, by its PID, when the
+// test ends.
+func newCluster(t *testing.T, k int, p configParams, opts ...consultest.Option) *cluster {
 	t.Helper()
 	c := &cluster{
 		t:        t,
-		consul:   consultest.Start(t),
+		consul:   consultest.Start(t, opts...),
 		dir:      t.TempDir(),
 		stateDir: t.TempDir(),
 		logs:     t.TempDir(),
@@ -291,7 +294,7 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 		cmd.Args = append(cmd.Args, "--state-file", filepath.Join(c.stateDir, node+".state"))
 	}
 	cmd.Args = append(cmd.Args, c.args...)
-	cmd.Env = append(daemonEnv(), "CONSUL_HTTP_ADDR="+c.consul.Addr())
+	cmd.Env = append(append(daemonEnv(), "CONSUL_HTTP_ADDR="+c.consul.Addr()), c.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	configureProcess(cmd)
 	if err := cmd.Start(); err != nil {
