@@ -132,6 +132,7 @@ type stream struct {
 	// notGRPC is the HTTP status a request that is not gRPC gets once the
 	// client has sent it all: 405 or 415.
 	notGRPC string
+	head    bool // the request is a HEAD: its refusal has no body
 	// length is the request's content-length, -1 without one; got counts
 	// the DATA bytes against it.
 	length, got int64

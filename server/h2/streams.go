@@ -28,6 +28,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	defer c.wmu.Unlock()
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		c.lastStream = max(c.lastStream, id)
+		if st := c.streams[id]; st != nil {
+			c.drop(st) // trailers on an open stream: it ends here
+		}
 		c.reset(id, http2.ErrCodeProtocol)
 		return nil
 	}
@@ -99,7 +102,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
 		return nil
 	case method != "POST":
-		st.notGRPC = "405"
+		st.notGRPC, st.head = "405", method == "HEAD"
 	case !isGRPC(contentType):
 		st.notGRPC = "415"
 	}
@@ -260,6 +263,13 @@ func (c *conn) data(f *http2.DataFrame) error {
 		return nil
 	}
 	if st.notGRPC != "" {
+		// Discarded as it arrives, so its window goes back at once: the
+		// refusal waits for the end of the request, which a body larger
+		// than the window would otherwise never reach.
+		if n := int64(len(data)); n > 0 && !st.recvDone {
+			c.out = appendWindowUpdate(c.out, st.id, uint32(n))
+			st.recvWin += n
+		}
 		if st.recvDone {
 			c.refuse(st)
 		}
@@ -287,8 +297,15 @@ func (c *conn) request(st *stream, data []byte) {
 			c.finish(st, codes.Internal, "grpc: compressed flag set with identity or empty encoding")
 			return
 		}
-		if l := binary.BigEndian.Uint32(msg[1:5]); l > maxRecvMsg {
+		l := binary.BigEndian.Uint32(msg[1:5])
+		if l > maxRecvMsg {
 			c.finish(st, codes.ResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", l, maxRecvMsg))
+			return
+		}
+		if len(msg) > 5+int(l) {
+			// A second message: refused as it begins, not at the end of
+			// the request, which the stream's window may never let come.
+			c.finish(st, codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
 			return
 		}
 	}
@@ -429,6 +446,12 @@ const refusal = "sharelimit serves gRPC here: POST with content-type application
 // refuse answers a request that is not gRPC with its HTTP status.
 func (c *conn) refuse(st *stream) {
 	st.sentHead = true
+	if st.head {
+		// A response to HEAD has no content (RFC 9110, 9.3.2).
+		c.headerFrame(st.id, appendNeverIndexed(nil, ":status", st.notGRPC), true)
+		c.forget(st)
+		return
+	}
 	c.headerFrame(st.id, appendNeverIndexed(appendNeverIndexed(nil, ":status", st.notGRPC), "content-type", "text/plain; charset=utf-8"), false)
 	st.pend = append(st.pend, refusal...)
 	st.endData = true
