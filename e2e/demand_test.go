@@ -29,10 +29,10 @@ const (
 )
 
 // demandCluster starts k daemons sharing by demand, every node registered.
-func demandCluster(t *testing.T, k int) *cluster {
+func demandCluster(t *testing.T, k int, extra ...string) *cluster {
 	t.Helper()
 	c := newCluster(t, k, configParams{Limit: demandLimit, Quota: 40})
-	c.args = []string{"--share-mode", "demand", "--demand-interval", demandInterval.String()}
+	c.args = append([]string{"--share-mode", "demand", "--demand-interval", demandInterval.String()}, extra...)
 	for i := range k {
 		c.register(i)
 	}
@@ -268,7 +268,10 @@ func TestDemandReplicaDeath(t *testing.T) {
 func replicaDeath(t *testing.T, victim string) {
 	const k = 4
 	const within = demandSessionTTL + 3*time.Second
-	c := demandCluster(t, k)
+	// A deregistered instance counts for --membership-grace (30 s by
+	// default) before its peers take its share over; the death and the
+	// division after it are what is under test here, so the grace is 1 s.
+	c := demandCluster(t, k, "--membership-grace", "1s")
 	var lead int
 	deadline := time.Now().Add(10 * time.Second)
 	for lead = c.leader(); lead < 0; lead = c.leader() {

@@ -105,7 +105,8 @@ func xdsRules(rpu int, extra string) string {
 // configured with upstream's variables only: the initial push is served, an
 // update is applied, a bad update is NACKed with the rules (and their spent
 // buckets) kept, the server killed leaves the rules standing, and once it is
-// back on its address the daemon reconnects and takes the next version.
+// back on its address the daemon reconnects and takes the next version, whose
+// changed limit keeps the spent bucket spent.
 func TestXDSManagementServer(t *testing.T) {
 	srv := startXDSServer(t, "127.0.0.1:0")
 	grpcAddr, httpAddr := freePort(t), freePort(t)
@@ -213,8 +214,9 @@ func TestXDSManagementServer(t *testing.T) {
 	if strings.Contains(rlconfig(), "api.user") {
 		t.Fatal("v4 dropped domain api, but /rlconfig still lists it")
 	}
-	// edge's limit changed (5 per hour): a fresh bucket.
-	if got := decide("edge", "a", 6); got != "OOOOOX" {
-		t.Fatalf("v4, 5 per hour: %s, want OOOOOX", got)
+	// edge's limit changed (5 per hour): a's bucket keeps its fill ratio
+	// (spent: none of the 5), never a fresh burst; a new key gets all 5.
+	if got := decide("edge", "a", 1) + decide("edge", "d", 6); got != "XOOOOOX" {
+		t.Fatalf("v4, 5 per hour: %s, want XOOOOOX", got)
 	}
 }

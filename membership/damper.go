@@ -55,6 +55,10 @@ type DamperConfig struct {
 // smaller one comes meanwhile. The view in force carries the latest view's
 // Errors and LastError, which describe the watch rather than the counts.
 //
+// A view that counts this replica when the view in force did not
+// (FaultAbsent) also applies at once: the peers that count it shrink at once
+// to leave it its share, so holding it back would only leave that unused.
+//
 // Views never confirmed by their source (a zero ObservedAt: the --replicas
 // guess, with errors counted before Consul first answers) pass through as
 // they come, and the first confirmed view applies at once, whichever way it
@@ -183,6 +187,12 @@ func (d *Damper) Update(v View) {
 		// Still the guess: nothing seen yet to hold against.
 	case !d.confirmed:
 		d.confirmed = true
+		d.window = append(d.window[:0], span{view: v})
+	case d.inForce.Local == 0 && v.Local > 0:
+		// Counted again, or for the first time (a newcomer registered): its
+		// peers, watching the same catalog, shrink at once to leave it this
+		// share, so it takes it at once too. Held, the grow would only
+		// leave the share unused.
 		d.window = append(d.window[:0], span{view: v})
 	default:
 		d.expire(now)

@@ -626,3 +626,32 @@ func TestDamperBadInitial(t *testing.T) {
 		t.Fatal("NewDamper took the zero View, weight 0")
 	}
 }
+
+// TestDamperCountedAgainAppliesAtOnce: a view that counts this replica when
+// the one in force did not (absent: weight AbsentWeight) applies at once,
+// though it grows the weight: its peers, on the same catalog, shrink at once
+// to leave it that share. Any other grow is still held.
+func TestDamperCountedAgainAppliesAtOnce(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	var sub subscriber
+	d := newFakeDamper(t, clk, replicasView("consul", 2), DefaultHold, &sub)
+	d.Update(seen(4, 1, clk.Now()))
+	clk.Advance(time.Second)
+	absent := View{Source: "consul", Total: 3, Local: 0, TotalWeight: 3, Weight: AbsentWeight, ObservedAt: clk.Now(), Fault: FaultAbsent}
+	d.Update(absent)
+	if v := d.View(); v.Weight != AbsentWeight {
+		t.Fatalf("absent: %+v, want AbsentWeight at once (a shrink)", v)
+	}
+	clk.Advance(time.Second)
+	back := seen(4, 1, clk.Now())
+	d.Update(back)
+	if v := d.View(); !sameCounts(v, back) {
+		t.Fatalf("counted again: %+v, want it at once", v)
+	}
+	clk.Advance(time.Second)
+	d.Update(seen(3, 1, clk.Now()))
+	if v := d.View(); v.Weight != 0.25 {
+		t.Fatalf("a peer gone: %+v, want the grow to 1/3 held", v)
+	}
+}
