@@ -190,7 +190,10 @@ func TestAgentQueryOptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := tc.cfg
-			cfg.Service, cfg.Node, cfg.Replicas = "web", "node-a", 4
+			// No grace: a first answer listing fewer instances than
+			// --replicas would be suspect (FaultSuspect) for ten graces,
+			// and a filter lists fewer; the query options are under test.
+			cfg.Service, cfg.Node, cfg.Replicas, cfg.Grace = "web", "node-a", 4, -1
 			cfg.BackoffBase, cfg.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
 			c := watch(t, cfg, newClient(t, a.Addr(), ""))
 			if tc.wantErr == "" {

@@ -42,6 +42,7 @@ type Consul struct {
 	answered bool // Consul has answered at least once
 	index    uint64
 	roster   roster // the instances counted (roster.go)
+	started  time.Time
 	// aclChecked are the instances (rosterKey, sorted) of the last cached
 	// answer checked for ACL filtering with a plain query.
 	aclChecked []string
@@ -110,6 +111,7 @@ func (c *Consul) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	c.started = c.now()
 	pace := newTokenBucket(c.cfg.QueryRate, c.cfg.QueryBurst)
 	wait := func() bool { return sleep(ctx, pace.reserve(time.Now())) }
 	failures := 0

@@ -18,6 +18,9 @@ var (
 	// (X-Consul-Results-Filtered-By-Acls): the token cannot read every
 	// instance of the service, so the answer is not the cluster.
 	ErrACLFiltered = errors.New("the answer was filtered by ACLs: the token cannot read every instance (it needs service:read on the service and node:read on every node, e.g. node_prefix \"\" { policy = \"read\" }); the last view stands")
+	// ErrSuspect marks a first answer listing fewer instances than the
+	// view in force expects.
+	ErrSuspect = errors.New("suspect")
 	// ErrNonePassing marks an answer with no passing instance at all.
 	ErrNonePassing = errors.New("none passing")
 	// errTooMany marks an answer with more passing instances than MaxInstances.
@@ -120,6 +123,17 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 		// whole, N times the cap; tighter, never looser: the last view stands
 		// and this is reported like any failed query.
 		return answer{}, fmt.Errorf("query passing instances of %q: %w; the last view stands", c.cfg.Service, ErrNonePassing)
+	}
+	if expect := c.view.Load().Total; !c.answered && len(entries) < expect && c.now().Sub(c.started) < panicGraces*c.cfg.Grace {
+		// A replica that starts has no memory of the catalog: were this
+		// answer the truth, a catalog still partial (a Consul restarted
+		// empty, re-registering) would be its first view, and it would
+		// take a share its peers, who remember more, never left it. Fewer
+		// instances than the view in force expects (--replicas, or the
+		// view a state file saved) is suspect, for as long as the roster's
+		// panic threshold holds its memory.
+		return answer{}, fmt.Errorf("query passing instances of %q: %d listed, fewer than the %d the view in force expects: %w; the last view stands",
+			c.cfg.Service, len(entries), expect, ErrSuspect)
 	}
 	if len(entries) > c.cfg.MaxInstances {
 		return answer{}, fmt.Errorf("query passing instances of %q: %d listed, limit %d: %w",

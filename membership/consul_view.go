@@ -140,6 +140,8 @@ func faultOf(err error) string {
 		return FaultForbidden
 	case errors.Is(err, ErrNonePassing):
 		return FaultNonePassing
+	case errors.Is(err, ErrSuspect):
+		return FaultSuspect
 	}
 	return FaultError
 }

@@ -71,6 +71,10 @@ const (
 	// FaultNonePassing: the answer listed no passing instance; the last
 	// view stands.
 	FaultNonePassing = "none_passing"
+	// FaultSuspect: a replica that just started got an answer listing fewer
+	// instances than its view expects (--replicas, or a saved view); the
+	// view stands, for up to ten graces.
+	FaultSuspect = "suspect"
 	// FaultAbsent: this replica's node has no counted instance; its peers
 	// leave it no room, so it takes AbsentWeight.
 	FaultAbsent = "absent"

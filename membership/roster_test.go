@@ -2,6 +2,8 @@ package membership
 
 import (
 	"fmt"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,4 +197,30 @@ func TestRosterNamelessEntriesCountOnlyWhileListed(t *testing.T) {
 	if tl, _ := r.observe(nameless[:1], "n", t0.Add(time.Second), nil); tl.total != 1 {
 		t.Fatalf("%+v, want only the one listed", tl)
 	}
+}
+
+// TestFakeFirstAnswerBelowTheExpectedCountIsSuspect: a replica that starts
+// has no memory of the catalog. If its first answers list fewer instances
+// than the view in force expects (--replicas here), a catalog still partial
+// (a Consul restarted empty, re-registering) would be its first view: alone
+// in it, it would take the whole limit while its peers, remembering the
+// others, keep a quarter each. Such answers are a fault until the catalog
+// lists what was expected.
+func TestFakeFirstAnswerBelowTheExpectedCountIsSuspect(t *testing.T) {
+	t.Parallel()
+	var full atomic.Bool
+	f := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if full.Load() {
+			reply(w, uint64(20+n), entries("node-a", "node-b", "node-c", "node-d"))
+			return
+		}
+		reply(w, uint64(10+n), entries("node-a"))
+	})
+	c := watch(t, fast(ConsulConfig{Replicas: 4, Grace: time.Minute}), newClient(t, f.addr(), ""))
+	v := waitView(t, c, func(v View) bool { return v.Errors >= 2 }, "the partial answers reported")
+	if v.Weight != 0.25 || v.Fault != FaultSuspect || !v.ObservedAt.IsZero() {
+		t.Fatalf("first answers list 1 of the 4 expected: view %+v, want the --replicas view to stand, fault suspect", v)
+	}
+	full.Store(true)
+	waitView(t, c, counts(4, 1), "the catalog complete")
 }
