@@ -43,6 +43,9 @@ type Consul struct {
 	index    uint64
 	roster   roster // the instances counted (roster.go)
 	started  time.Time
+	// expect is the instance count of the view a state file saved (0
+	// without one): the first answers are held to it (see poll).
+	expect int
 	// aclChecked are the instances (rosterKey, sorted) of the last cached
 	// answer checked for ACL filtering with a plain query.
 	aclChecked []string
@@ -93,6 +96,7 @@ func NewConsul(cfg ConsulConfig, client *api.Client) (*Consul, error) {
 	if in := cfg.Initial; in != nil {
 		if w, err := Weight(in.LocalWeight, in.TotalWeight); err == nil && in.Local <= in.Total && in.Local >= 0 && w == in.Weight {
 			v = View{Source: "consul", Total: in.Total, Local: in.Local, TotalWeight: in.TotalWeight, LocalWeight: in.LocalWeight, Weight: w}
+			c.expect = in.Total
 		}
 	}
 	v.Node = cfg.Node

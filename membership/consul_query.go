@@ -124,15 +124,16 @@ func (c *Consul) poll(ctx context.Context, node string, cached bool) (answer, er
 		// and this is reported like any failed query.
 		return answer{}, fmt.Errorf("query passing instances of %q: %w; the last view stands", c.cfg.Service, ErrNonePassing)
 	}
-	if expect := c.view.Load().Total; !c.answered && len(entries) < expect && c.now().Sub(c.started) < panicGraces*c.cfg.Grace {
+	if expect := c.expect; !c.answered && len(entries) < expect && listsNode(entries, node) && c.now().Sub(c.started) < panicGraces*c.cfg.Grace {
 		// A replica that starts has no memory of the catalog: were this
 		// answer the truth, a catalog still partial (a Consul restarted
 		// empty, re-registering) would be its first view, and it would
-		// take a share its peers, who remember more, never left it. Fewer
-		// instances than the view in force expects (--replicas, or the
-		// view a state file saved) is suspect, for as long as the roster's
-		// panic threshold holds its memory.
-		return answer{}, fmt.Errorf("query passing instances of %q: %d listed, fewer than the %d the view in force expects: %w; the last view stands",
+		// take a share its peers, who remember more, never left it. An
+		// answer that lists this replica's node among fewer instances than
+		// the view its state file saved is suspect, for as long as the
+		// roster's panic threshold holds its memory. (One that does not
+		// list it leaves it absent, which is tighter than any view.)
+		return answer{}, fmt.Errorf("query passing instances of %q: %d listed, this node among them, fewer than the %d of the view the state file saved: %w; the last view stands",
 			c.cfg.Service, len(entries), expect, ErrSuspect)
 	}
 	if len(entries) > c.cfg.MaxInstances {
@@ -382,6 +383,16 @@ func (c *Consul) agentNodeName(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("resolve local node name from /v1/agent/self (or set the node explicitly): %w", err)
 	}
 	return self.Config.NodeName, nil
+}
+
+// listsNode reports whether entries list an instance on node.
+func listsNode(entries []*api.ServiceEntry, node string) bool {
+	for _, e := range entries {
+		if e != nil && e.Node != nil && node != "" && strings.EqualFold(e.Node.Node, node) {
+			return true
+		}
+	}
+	return false
 }
 
 // passingEntries are the entries listed passing.

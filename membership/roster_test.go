@@ -200,12 +200,12 @@ func TestRosterNamelessEntriesCountOnlyWhileListed(t *testing.T) {
 }
 
 // TestFakeFirstAnswerBelowTheExpectedCountIsSuspect: a replica that starts
-// has no memory of the catalog. If its first answers list fewer instances
-// than the view in force expects (--replicas here), a catalog still partial
-// (a Consul restarted empty, re-registering) would be its first view: alone
-// in it, it would take the whole limit while its peers, remembering the
-// others, keep a quarter each. Such answers are a fault until the catalog
-// lists what was expected.
+// has no memory of the catalog. If its first answers list it among fewer
+// instances than the view its state file saved, a catalog still partial (a
+// Consul restarted empty, re-registering) would be its first view: alone in
+// it, it would take the whole limit while its peers, remembering the others,
+// keep a quarter each. Such answers are a fault until the catalog lists what
+// was saved.
 func TestFakeFirstAnswerBelowTheExpectedCountIsSuspect(t *testing.T) {
 	t.Parallel()
 	var full atomic.Bool
@@ -216,10 +216,11 @@ func TestFakeFirstAnswerBelowTheExpectedCountIsSuspect(t *testing.T) {
 		}
 		reply(w, uint64(10+n), entries("node-a"))
 	})
-	c := watch(t, fast(ConsulConfig{Replicas: 4, Grace: time.Minute}), newClient(t, f.addr(), ""))
+	saved := &View{Source: "consul", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
+	c := watch(t, fast(ConsulConfig{Replicas: 1, Initial: saved, Grace: time.Minute}), newClient(t, f.addr(), ""))
 	v := waitView(t, c, func(v View) bool { return v.Errors >= 2 }, "the partial answers reported")
 	if v.Weight != 0.25 || v.Fault != FaultSuspect || !v.ObservedAt.IsZero() {
-		t.Fatalf("first answers list 1 of the 4 expected: view %+v, want the --replicas view to stand, fault suspect", v)
+		t.Fatalf("first answers list 1 of the 4 saved: view %+v, want the saved view to stand, fault suspect", v)
 	}
 	full.Store(true)
 	waitView(t, c, counts(4, 1), "the catalog complete")
