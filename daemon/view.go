@@ -138,7 +138,7 @@ type faultCollector struct {
 
 func newFaultCollector(v *view) faultCollector {
 	return faultCollector{v: v, desc: prometheus.NewDesc("sharelimit_membership_fault",
-		"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, absent (this node has no counted instance), error.",
+		"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, suspect (a first answer short of the saved view), absent (this node has no counted instance), error.",
 		[]string{"cause"}, prometheus.Labels{"service": v.service})}
 }
 
