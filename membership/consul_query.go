@@ -202,8 +202,7 @@ func (c *Consul) tallyCounted(entries []*api.ServiceEntry, node string) tally {
 	if c.cfg.IgnoreWeights {
 		weigh = nil
 	}
-	t, _ := c.roster.observe(entries, node, c.now(), weigh)
-	return t
+	return c.roster.observe(entries, node, c.now(), weigh)
 }
 
 // weigh is an instance's weight, at least 1. An instance registered with a
@@ -253,32 +252,6 @@ func passingWeight(e *api.ServiceEntry) (int, bool) {
 		return 1, false
 	}
 	return e.Service.Weights.Passing, true
-}
-
-// countPassing counts the passing entries, cluster-wide and on node, and
-// sums their weights; weigh gives an entry's weight, and nil weighs every
-// entry 1. Consul already filtered on ?passing; the entries are checked again
-// so that a proxy or filter that lets a failing instance through cannot
-// inflate the count. Node names compare case-insensitively, as Consul's
-// catalog does.
-func countPassing(entries []*api.ServiceEntry, node string, weigh func(*api.ServiceEntry) int) tally {
-	var t tally
-	for _, e := range entries {
-		if e == nil || e.Checks.AggregatedStatus() != api.HealthPassing {
-			continue
-		}
-		w := 1
-		if weigh != nil {
-			w = max(weigh(e), 1)
-		}
-		t.total++
-		t.totalWeight = addWeight(t.totalWeight, w)
-		if e.Node != nil && node != "" && strings.EqualFold(e.Node.Node, node) {
-			t.local++
-			t.localWeight = addWeight(t.localWeight, w)
-		}
-	}
-	return t
 }
 
 // addWeight adds w >= 1 to sum, stopping just past maxTotalWeight so that no

@@ -621,7 +621,7 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 
 // TestFakeImpossibleCount feeds the watch counts no catalog can hold, such as
 // more instances on this node than in the whole service, or weights that
-// disagree with the counts. No body the fake can send makes countPassing
+// disagree with the counts. No body the fake can send makes the roster
 // produce one, so the counter is swapped; the rest is
 // the real watch loop. Such an answer must be a fault like any other: the
 // last view stands, the error is counted and reported, and the next sane

@@ -96,3 +96,10 @@ func counts(total, local int) func(View) bool {
 		return err == nil && v.Total == total && v.Local == local && math.Abs(v.Weight-w) < 1e-12
 	}
 }
+
+// countListed is what the watch counts of one answer with no grace: the
+// entries listed passing, weighed by weigh (nil: each 1).
+func countListed(entries []*api.ServiceEntry, node string, weigh func(*api.ServiceEntry) int) tally {
+	var r roster
+	return r.observe(entries, node, time.Unix(0, 0), weigh)
+}

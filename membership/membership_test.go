@@ -290,13 +290,13 @@ func TestCountPassing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			counted := countPassing(entries, tc.node, nil)
+			counted := countListed(entries, tc.node, nil)
 			if want := (tally{tc.total, tc.local, tc.total, tc.local}); counted != want {
-				t.Fatalf("countPassing(%s, %q, nil) = %+v; want %+v", tc.file, tc.node, counted, want)
+				t.Fatalf("countListed(%s, %q, nil) = %+v; want %+v", tc.file, tc.node, counted, want)
 			}
-			weighed := countPassing(entries, tc.node, byWeight)
+			weighed := countListed(entries, tc.node, byWeight)
 			if want := (tally{tc.total, tc.local, tc.totalWeight, tc.localWeight}); weighed != want {
-				t.Fatalf("countPassing(%s, %q, by weight) = %+v; want %+v", tc.file, tc.node, weighed, want)
+				t.Fatalf("countListed(%s, %q, by weight) = %+v; want %+v", tc.file, tc.node, weighed, want)
 			}
 		})
 	}

@@ -95,13 +95,17 @@ func rosterKey(e *api.ServiceEntry) (key, node string) {
 }
 
 // observe takes one answer's entries at now and returns the instances it
-// counts, cluster-wide and on node, and how many are listed passing. weigh
-// gives an entry's weight (at least 1); nil weighs every entry 1.
-func (r *roster) observe(entries []*api.ServiceEntry, node string, now time.Time, weigh func(*api.ServiceEntry) int) (t tally, passing int) {
+// counts, cluster-wide and on node. weigh gives an entry's weight (at least
+// 1); nil weighs every entry 1. With a grace of 0 it counts the entries
+// listed passing, and only those, checked here again so that a proxy or
+// filter that lets a failing instance through cannot inflate the count.
+// Node names compare case-insensitively, as Consul's catalog does.
+func (r *roster) observe(entries []*api.ServiceEntry, node string, now time.Time, weigh func(*api.ServiceEntry) int) (t tally) {
 	if r.members == nil {
 		r.members = make(map[string]*member)
 	}
 	seen := make(map[string]struct{}, len(entries))
+	passing := 0
 	for _, e := range entries {
 		if e == nil {
 			continue
@@ -166,5 +170,5 @@ func (r *roster) observe(entries []*api.ServiceEntry, node string, now time.Time
 			t.localWeight = addWeight(t.localWeight, m.weight)
 		}
 	}
-	return t, passing
+	return t
 }

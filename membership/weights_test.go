@@ -233,7 +233,7 @@ func TestWeighProperties(t *testing.T) {
 		sum, listed := 0.0, 0
 		var total tally
 		for n := range nodes {
-			tl := countPassing(entries, fmt.Sprintf("node-%d", n), byWeight)
+			tl := countListed(entries, fmt.Sprintf("node-%d", n), byWeight)
 			total = tl
 			if tl.total == 0 {
 				break
@@ -243,7 +243,7 @@ func TestWeighProperties(t *testing.T) {
 				t.Fatalf("weigh(%+v) = %v, %v; want a share in (0, 1]", tl, w, err)
 			}
 			counted, _ := Weight(tl.local, tl.total)
-			if plain := countPassing(entries, fmt.Sprintf("node-%d", n), nil); plain.totalWeight != plain.total {
+			if plain := countListed(entries, fmt.Sprintf("node-%d", n), nil); plain.totalWeight != plain.total {
 				t.Fatalf("weights off: %+v", plain)
 			} else if w2, _ := weigh(plain); w2 != counted {
 				t.Fatalf("weights off: share %v, want the counted %v", w2, counted)
