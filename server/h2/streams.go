@@ -357,19 +357,25 @@ func (c *conn) request(st *stream, data []byte) {
 // answerLater holds an answer back for wait, or answers DeadlineExceeded at
 // the client's deadline if that comes first.
 func (c *conn) answerLater(st *stream, resp *rlsv3.RateLimitResponse, wait time.Duration) {
-	late := false
 	if st.timed {
 		if left := time.Until(st.deadline); left < wait {
-			late, wait = true, max(left, 0)
+			resp, wait = nil, max(left, 0)
 		}
 	}
-	st.timer = time.AfterFunc(wait, func() {
+	c.endAfter(st, wait, resp)
+}
+
+// endAfter sets st's timer to end it after d: with resp, or with
+// DEADLINE_EXCEEDED when resp is nil. Nothing is written for a stream that
+// ended meanwhile. Called with wmu held.
+func (c *conn) endAfter(st *stream, d time.Duration, resp *rlsv3.RateLimitResponse) {
+	st.timer = time.AfterFunc(d, func() {
 		c.wmu.Lock()
 		if st.done || c.closed {
 			c.wmu.Unlock()
 			return
 		}
-		if late {
+		if resp == nil {
 			c.finish(st, codes.DeadlineExceeded, errDeadline)
 		} else {
 			c.answer(st, resp)
@@ -390,16 +396,7 @@ func (c *conn) armDeadlines() {
 		if st.done || st.recvDone || st.timer != nil {
 			continue
 		}
-		st.timer = time.AfterFunc(time.Until(st.deadline), func() {
-			c.wmu.Lock()
-			if st.done || c.closed {
-				c.wmu.Unlock()
-				return
-			}
-			c.finish(st, codes.DeadlineExceeded, errDeadline)
-			c.wmu.Unlock()
-			c.flush()
-		})
+		c.endAfter(st, time.Until(st.deadline), nil)
 	}
 	c.arriving = c.arriving[:0]
 }
