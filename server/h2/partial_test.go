@@ -11,7 +11,6 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -35,17 +34,11 @@ func TestAnswersDoNotWaitForTheNextFrame(t *testing.T) {
 			d := start(t, direct, server.Options{})
 			c := dialRaw(t, d.addr)
 			// Frames written into a buffer, to be cut where a frame is
-			// half-sent.
-			var buf, hb bytes.Buffer
+			// half-sent; the header blocks are the connection's own.
+			var buf bytes.Buffer
 			fr := http2.NewFramer(&buf, nil)
-			enc := hpack.NewEncoder(&hb)
 			headers := func(id uint32, extra ...string) {
-				hb.Reset()
-				f := append([]string{":method", "POST", ":scheme", "http", ":path", h2.Path, ":authority", "x", "content-type", "application/grpc", "te", "trailers"}, extra...)
-				for i := 0; i < len(f); i += 2 {
-					enc.WriteField(hpack.HeaderField{Name: f[i], Value: f[i+1]})
-				}
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.block(h2.Path, extra...), EndHeaders: true})
 			}
 			headers(1)
 			fr.WriteData(1, true, grpcMsg(req))
