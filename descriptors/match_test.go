@@ -74,6 +74,9 @@ descriptors:
     descriptors:
       - key: deeper
         rate_limit: {unit: second, requests_per_unit: 12}
+  - key: a_b
+    value: y
+    rate_limit: {unit: second, requests_per_unit: 13}
 `
 
 func TestMatch(t *testing.T) {
@@ -105,6 +108,10 @@ func TestMatch(t *testing.T) {
 		{"key-only path taken when exact absent", "d", []string{"trap=other", "deeper=nope"}, 12},
 		{"exact path to deeper exact", "d", []string{"trap=exact", "deeper=other"}, 11},
 		{"unknown key", "d", []string{"nokey=1"}, 0},
+		// Upstream looks entries up by the joined string key_value, where
+		// a=b_y and a_b=y are the same; we deliberately do not (README).
+		{"key and value match apart, never joined", "d", []string{"a=b_y"}, 0},
+		{"the rule's own key and value", "d", []string{"a_b=y"}, 13},
 		{"unknown domain", "x", []string{"k=exact"}, 0},
 	}
 	for _, tc := range cases {
