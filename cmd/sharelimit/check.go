@@ -16,14 +16,17 @@ func check(args []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("q", false, "print nothing on success")
 	dump := fs.Bool("v", false, "print the compiled rules")
 	merge := fs.Bool("merge-domain-config", false, "merge files that name the same domain, as the daemon's --merge-domain-config")
+	allFiles := fs.Bool("config-all-files", false, "read every file under a directory, in subdirectories too, whatever its name (dotfiles skipped), as the daemon's --config-all-files, which is on when the directory comes from upstream's RUNTIME_* variables")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 || *replicas < 1 {
-		fmt.Fprintln(stderr, "usage: sharelimit check [--replicas N] [--merge-domain-config] [-q] [-v] PATH...")
+		fmt.Fprintln(stderr, "usage: sharelimit check [--replicas N] [--merge-domain-config] [--config-all-files] [-q] [-v] PATH...")
 		return 2
 	}
-	set, err := source.LoadWith(source.Options{Compile: descriptors.CompileOptions{MergeDomains: *merge}}, fs.Args()...)
+	// The daemon's loader, with the daemon's options: what passes here loads there.
+	opts := source.Options{Compile: descriptors.CompileOptions{MergeDomains: *merge}, AllFiles: *allFiles}
+	set, err := source.LoadWith(opts, fs.Args()...)
 	if err != nil {
 		printErrors(stderr, err)
 		return 1

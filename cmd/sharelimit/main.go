@@ -3,7 +3,8 @@
 // the replicas that enforce it, and answers Envoy's ShouldRateLimit from memory.
 //
 //	sharelimit [serve] [flags]     run the daemon (the default command)
-//	sharelimit check [--replicas N] PATH...   validate descriptor YAML
+//	sharelimit check [--replicas N] [--merge-domain-config] [--config-all-files] PATH...
+//	                               validate descriptor YAML
 //	sharelimit explain ...         show how a request would be matched and limited
 //	sharelimit bench [flags]       the load generator
 //	sharelimit simulate [flags]    equal against demand shares, in process
@@ -69,7 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 const usage = `usage:
   sharelimit [serve] [flags]                 run the daemon (see sharelimit serve -h)
-  sharelimit check [--replicas N] PATH...    validate descriptor YAML files or directories
+  sharelimit check [--replicas N] [--merge-domain-config] [--config-all-files] PATH...
+                                             validate descriptor YAML files or directories (with
+                                             --config-all-files, every file under a directory, as
+                                             the daemon reads upstream's RUNTIME_* directory)
   sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W] key=value...
                                              show which rule a request matches and its share
   sharelimit bench [flags]                   Envoy-shaped load generator (see sharelimit bench -h)
