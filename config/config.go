@@ -156,6 +156,15 @@ type Config struct {
 	Notices []Notice
 }
 
+	// UpstreamBy lists what put the daemon in upstream's mode, empty for none: the
+	// binary run as upstream's command (/bin/ratelimit), and the variables
+	// set that only upstream reads (RUNTIME_ROOT, CONFIG_TYPE, REDIS_*, ...;
+	// not HOST, PORT, LOG_LEVEL or LOG_FORMAT). In that mode the listeners
+	// default to upstream's addresses, 0.0.0.0:8081, :8080 and :6070, and a
+	// static --replicas 1 is a fault: each replica enforces every limit whole,
+	// where upstream's replicas shared one count in Redis.
+	UpstreamBy []string
+
 // The values of GRPCTransport.
 const (
 	// TransportDirect answers ShouldRateLimit on the daemon's own HTTP/2
@@ -354,7 +363,7 @@ func Defaults() *Config {
 // name but not the families only a prefix identifies (OTEL_*); ParseEnviron
 // sees those too.
 func Parse(name string, args []string, getenv func(string) string, out io.Writer) (*Config, error) {
-	return parse(name, args, getenv, nil, out)
+	return parse(name, args, getenv, nil, false, out)
 }
 
 // ParseEnviron is Parse with the environment given as os.Environ gives it,
@@ -375,11 +384,23 @@ func ParseEnviron(name string, args, environ []string, out io.Writer) (*Config, 
 			names = append(names, k)
 		}
 	}
-	return parse(name, args, func(k string) string { return vars[k] }, names, out)
+	return parseEnviron(name, args, environ, false, out)
 }
 
-// parse is Parse; names, when not nil, are all the variables set.
-func parse(name string, args []string, getenv func(string) string, names []string, out io.Writer) (*Config, error) {
+// ParseUpstreamCommand is ParseEnviron for the binary run as upstream's
+// command, /bin/ratelimit: upstream's mode whatever the environment holds
+// (see Config.UpstreamBy).
+func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*Config, error) {
+	return parseEnviron(name, args, environ, true, out)
+}
+
+func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
+	return parse(name, args, func(k string) string { return vars[k] }, names, asCommand, out)
+}
+
+// parse is Parse; names, when not nil, are all the variables set; asCommand
+// says the binary runs as upstream's command.
+func parse(name string, args []string, getenv func(string) string, names []string, asCommand bool, out io.Writer) (*Config, error) {
 	c := Defaults()
 	fs := c.FlagSet(name)
 	fs.SetOutput(out)
@@ -392,7 +413,7 @@ func parse(name string, args []string, getenv func(string) string, names []strin
 	if err := ApplyEnv(fs, getenv); err != nil {
 		return nil, err
 	}
-	notices, err := applyUpstream(fs, c, getenv, names)
+	notices, err := applyUpstream(fs, c, getenv, names, asCommand)
 	if err != nil {
 		return nil, err
 	}

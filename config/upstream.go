@@ -41,19 +41,19 @@ type upstreamEnv struct {
 	reported map[string]bool // variables whose bad value is already an error
 	family   []string        // set variables known only by a family's prefix
 	remote   []string        // host variables applied that are not loopback
-	loopPrt  []string        // port variables applied without their host: still loopback
 	errs     []error
 }
 
 // applyUpstream sets, from upstream's variables, every flag of fs that no flag
 // or SHARELIMIT_* variable has set, and returns what it did as notices.
 // names, when not nil, lists every variable set, so families can be named.
-func applyUpstream(fs *flag.FlagSet, c *Config, getenv func(string) string, names []string) ([]Notice, error) {
+func applyUpstream(fs *flag.FlagSet, c *Config, getenv func(string) string, names []string, asCommand bool) ([]Notice, error) {
 	u := &upstreamEnv{fs: fs, c: c, getenv: getenv, given: map[string]bool{}, rows: map[string]*upstreamVar{}, status: map[string]outcome{}, reported: map[string]bool{}}
 	fs.Visit(func(f *flag.Flag) { u.given[f.Name] = true })
 	for i := range upstreamTable {
 		u.rows[upstreamTable[i].Name] = &upstreamTable[i]
 	}
+	c.UpstreamBy = upstreamBy(getenv, asCommand)
 
 	// Table order is the order of dependence: CONFIG_TYPE before the xDS
 	// rows, each gate before the rows behind it.
@@ -111,6 +111,33 @@ func applyUpstream(fs *flag.FlagSet, c *Config, getenv func(string) string, name
 		return nil, errors.Join(u.errs...)
 	}
 	return u.notices(), nil
+}
+
+// upstreamBy lists what puts the daemon in upstream's mode: upstream's
+// command, first, when the binary was run as it (asCommand), and the variables
+// set, by their exact names, that only envoyproxy/ratelimit reads. HOST, PORT,
+// LOG_LEVEL and LOG_FORMAT are any program's; and a family's prefix proves
+// nothing, since Kubernetes sets REDIS_SERVICE_HOST in every pod of a
+// namespace with a Service named redis. Empty: not in upstream's mode.
+func upstreamBy(getenv func(string) string, asCommand bool) []string {
+	var by []string
+	if asCommand {
+		by = append(by, upstreamCommand)
+	}
+	for _, v := range upstreamTable {
+		if !genericVar[v.Name] && !strings.HasSuffix(v.Name, "*") && getenv(v.Name) != "" {
+			by = append(by, v.Name)
+		}
+	}
+	return by
+}
+
+// abridge joins the first n names, and counts the rest.
+func abridge(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // val is a variable's value; empty counts as unset, as for ApplyEnv. Only
@@ -185,8 +212,19 @@ func (u *upstreamEnv) set(flag, value string, names ...string) bool {
 	return true
 }
 
-// listeners maps GRPC_*, HOST/PORT and DEBUG_* to the three addresses.
+// listeners maps GRPC_*, HOST/PORT and DEBUG_* to the three addresses. In
+// upstream's mode (Config.UpstreamBy) the three listen where upstream's did,
+// on every address at 8081, 8080 and 6070, unless a flag or a SHARELIMIT_*
+// variable names the address; a host or port variable changes its part.
+// Otherwise a host or port variable changes its part of the loopback default.
 func (u *upstreamEnv) listeners() {
+	up := len(u.c.UpstreamBy) > 0
+	host := func(loopback string) string {
+		if up {
+			return upstreamHost
+		}
+		return loopback
+	}
 	if uds := u.val("GRPC_UDS"); uds != "" {
 		if u.given["grpc-addr"] {
 			u.mark(outcome{kind: overridden}, "GRPC_UDS", "GRPC_HOST", "GRPC_PORT")
@@ -194,20 +232,20 @@ func (u *upstreamEnv) listeners() {
 			u.mark(outcome{kind: ignoredVar, why: whyUDS}, "GRPC_HOST", "GRPC_PORT")
 		}
 	} else {
-		u.listener("grpc-addr", "GRPC_HOST", "GRPC_PORT", u.fs.Lookup("grpc-addr").DefValue)
+		u.listener("grpc-addr", "GRPC_HOST", "GRPC_PORT", net.JoinHostPort(host("127.0.0.1"), "8081"), up)
 	}
-	u.listener("http-addr", "HOST", "PORT", u.fs.Lookup("http-addr").DefValue)
-	u.listener("debug-addr", "DEBUG_HOST", "DEBUG_PORT", net.JoinHostPort("127.0.0.1", upstreamDebugPort))
+	u.listener("http-addr", "HOST", "PORT", net.JoinHostPort(host("127.0.0.1"), "8080"), up)
+	u.listener("debug-addr", "DEBUG_HOST", "DEBUG_PORT", net.JoinHostPort(host("127.0.0.1"), upstreamDebugPort), up)
 	if len(u.remote) > 0 && !u.given["allow-remote"] {
 		u.fs.Set("allow-remote", "true") // the operator asked for a host beyond loopback
 	}
 }
 
 // listener sets flag from a host and a port variable; the one not set comes
-// from def.
-func (u *upstreamEnv) listener(flag, hostVar, portVar, def string) {
+// from def. With always, def applies even when neither is set.
+func (u *upstreamEnv) listener(flag, hostVar, portVar, def string, always bool) {
 	host, port := u.val(hostVar), u.val(portVar)
-	if host == "" && port == "" {
+	if host == "" && port == "" && !always {
 		return
 	}
 	if u.given[flag] {
@@ -239,11 +277,8 @@ func (u *upstreamEnv) listener(flag, hostVar, portVar, def string) {
 	if !u.set(flag, net.JoinHostPort(h, p), hostVar, portVar) {
 		return
 	}
-	switch {
-	case host == "":
-		u.loopPrt = append(u.loopPrt, portVar)
-	case !IsLoopback(host):
-		u.remote = append(u.remote, hostVar)
+	if !IsLoopback(h) {
+		u.remote = append(u.remote, flag)
 	}
 }
 
@@ -337,14 +372,20 @@ func (u *upstreamEnv) notices() []Notice {
 	if msg, vars := byTarget(overridden); len(vars) > 0 {
 		out = append(out, Notice{Level: slog.LevelInfo, Message: "upstream variables overridden by flags or SHARELIMIT_* variables: " + msg, Vars: vars})
 	}
-	if len(u.loopPrt) > 0 {
-		out = append(out, Notice{Level: slog.LevelInfo, Vars: u.loopPrt, Message: "listening on 127.0.0.1 only, where upstream listened on 0.0.0.0, for " +
-			strings.Join(u.loopPrt, ", ") + ": Envoy on this host reaches it, other hosts and probes to the pod's IP do not; " +
-			"set HOST, GRPC_HOST or DEBUG_HOST to 0.0.0.0 to listen beyond loopback"})
-	}
 	if len(u.remote) > 0 && u.c.AllowRemote {
-		out = append(out, Notice{Level: slog.LevelWarn, Vars: u.remote, Message: "listening beyond loopback, as upstream's variables ask (" +
-			strings.Join(u.remote, ", ") + "): anyone who reaches this host can call sharelimit"})
+		var why string
+		if len(u.c.UpstreamBy) > 0 {
+			why = "upstream's environment (" + abridge(u.c.UpstreamBy, 3) + "), so listening where upstream listened"
+		} else {
+			why = "upstream's host variables ask for it"
+		}
+		flags := make([]string, len(u.remote))
+		for i, f := range u.remote {
+			flags[i] = "--" + f + " " + u.fs.Lookup(f).Value.String()
+		}
+		out = append(out, Notice{Level: slog.LevelInfo, Vars: u.c.UpstreamBy, Message: "beyond loopback: " + why + ": " +
+			strings.Join(flags, ", ") + "; set " + EnvName("grpc-addr") + ", " + EnvName("http-addr") + " and " + EnvName("debug-addr") +
+			" (or GRPC_HOST, HOST and DEBUG_HOST) to 127.0.0.1 addresses to keep them on loopback"})
 	}
 	var acc, accMsg []string
 	for _, v := range upstreamTable {

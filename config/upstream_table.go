@@ -56,7 +56,15 @@ const (
 	upstreamRuntimeRoot = "/srv/runtime_data/current"
 	upstreamAppDir      = "config"
 	upstreamDebugPort   = "6070"
+	upstreamHost        = "0.0.0.0"
+	// upstreamCommand is how upstream's images run it, and what its
+	// manifests name as the command.
+	upstreamCommand = "/bin/ratelimit"
 )
+
+// genericVar marks upstream's variables that other programs set too: alone,
+// they do not say a container was upstream's.
+var genericVar = map[string]bool{"HOST": true, "PORT": true, "LOG_LEVEL": true, "LOG_FORMAT": true}
 
 // upstreamVar is a table row with what Parse needs.
 type upstreamVar struct {
@@ -203,13 +211,17 @@ func buildUpstreamTable() []upstreamVar {
 	t := []upstreamVar{
 		// Listeners. A host alone keeps the default port, a port alone the
 		// loopback host; an explicit non-loopback host is honoured.
-		mapped("GRPC_HOST", "grpc-addr", "the host of --grpc-addr (the port stays 8081 unless GRPC_PORT is set); a host that is not loopback, such as 0.0.0.0, also sets --allow-remote", nil),
-		mapped("GRPC_PORT", "grpc-addr", "the port of --grpc-addr (the host stays 127.0.0.1 unless GRPC_HOST is set)", nil),
+		// Listeners. In upstream's mode (a variable only upstream reads is
+		// set, or the binary runs as /bin/ratelimit) the three listen where
+		// upstream's did, 0.0.0.0:8081, :8080 and :6070, and these change a
+		// part; otherwise they change a part of the loopback defaults.
+		mapped("GRPC_HOST", "grpc-addr", "the host of --grpc-addr (0.0.0.0 in upstream's mode, else 127.0.0.1; the port stays 8081 unless GRPC_PORT is set); a host that is not loopback also sets --allow-remote", nil),
+		mapped("GRPC_PORT", "grpc-addr", "the port of --grpc-addr (the host is 0.0.0.0 in upstream's mode, else 127.0.0.1, unless GRPC_HOST is set)", nil),
 		mapped("GRPC_UDS", "grpc-addr", "--grpc-addr unix:PATH; it takes precedence over GRPC_HOST and GRPC_PORT, as upstream", nil),
-		mapped("HOST", "http-addr", "the host of --http-addr (the port stays 8080 unless PORT is set); a host that is not loopback also sets --allow-remote", nil),
-		mapped("PORT", "http-addr", "the port of --http-addr (the host stays 127.0.0.1 unless HOST is set)", nil),
-		mapped("DEBUG_HOST", "debug-addr", "the host of --debug-addr, upstream's debug listener (the port is 6070 unless DEBUG_PORT is set); a host that is not loopback also sets --allow-remote", nil),
-		mapped("DEBUG_PORT", "debug-addr", "the port of --debug-addr (the host is 127.0.0.1 unless DEBUG_HOST is set); without either, there is no debug listener, and pprof is on the admin listener", nil),
+		mapped("HOST", "http-addr", "the host of --http-addr (0.0.0.0 in upstream's mode, else 127.0.0.1; the port stays 8080 unless PORT is set); a host that is not loopback also sets --allow-remote", nil),
+		mapped("PORT", "http-addr", "the port of --http-addr (the host is 0.0.0.0 in upstream's mode, else 127.0.0.1, unless HOST is set)", nil),
+		mapped("DEBUG_HOST", "debug-addr", "the host of --debug-addr, upstream's debug listener: /rlconfig in upstream's text and /debug/pprof/ (0.0.0.0 in upstream's mode, else 127.0.0.1; the port is 6070 unless DEBUG_PORT is set); a host that is not loopback also sets --allow-remote", nil),
+		mapped("DEBUG_PORT", "debug-addr", "the port of --debug-addr (the host is 0.0.0.0 in upstream's mode, else 127.0.0.1, unless DEBUG_HOST is set); in upstream's mode the debug listener is always on, at 6070 by default; otherwise there is none without DEBUG_HOST or DEBUG_PORT", nil),
 
 		// gRPC TLS: upstream reads the files only with GRPC_SERVER_USE_TLS=true.
 		{UpstreamVar: UpstreamVar{Name: "GRPC_SERVER_USE_TLS", To: "--grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, --grpc-tls-client-san",

@@ -91,13 +91,13 @@ func TestUpstreamPrecedence(t *testing.T) {
 	}
 	cases := map[string]tc{
 		"GRPC_HOST":  {vars: map[string]string{"GRPC_HOST": "localhost"}, flag: "grpc-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: addr, def: "127.0.0.1:8081", up: "localhost:8081", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
-		"GRPC_PORT":  {vars: map[string]string{"GRPC_PORT": "9081"}, flag: "grpc-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: addr, def: "127.0.0.1:8081", up: "127.0.0.1:9081", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
+		"GRPC_PORT":  {vars: map[string]string{"GRPC_PORT": "9081"}, flag: "grpc-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: addr, def: "127.0.0.1:8081", up: "0.0.0.0:9081", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
 		"GRPC_UDS":   {vars: map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, flag: "grpc-addr", sh: "127.0.0.2:1", fl: "unix:/x", get: addr, def: "127.0.0.1:8081", up: "unix:/run/rl.sock", fromSh: "127.0.0.2:1", fromFl: "unix:/x"},
 		"HOST":       {vars: map[string]string{"HOST": "::1"}, flag: "http-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: httpAddr, def: "127.0.0.1:8080", up: "[::1]:8080", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
 		"PORT":       {vars: map[string]string{"PORT": "9080"}, flag: "http-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: httpAddr, def: "127.0.0.1:8080", up: "127.0.0.1:9080", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
 		"HOST+PORT":  {vars: map[string]string{"HOST": "localhost", "PORT": "9080"}, flag: "http-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: httpAddr, def: "127.0.0.1:8080", up: "localhost:9080", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
 		"DEBUG_HOST": {vars: map[string]string{"DEBUG_HOST": "localhost"}, flag: "debug-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: debugAddr, def: "", up: "localhost:6070", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
-		"DEBUG_PORT": {vars: map[string]string{"DEBUG_PORT": "6071"}, flag: "debug-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: debugAddr, def: "", up: "127.0.0.1:6071", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
+		"DEBUG_PORT": {vars: map[string]string{"DEBUG_PORT": "6071"}, flag: "debug-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: debugAddr, def: "", up: "0.0.0.0:6071", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
 
 		"RUNTIME_ROOT":         {vars: map[string]string{"RUNTIME_ROOT": "/data"}, flag: "config-dir", sh: "/sh", fl: "/fl", get: dir, def: "/etc/sharelimit/config", up: "/data/config", fromSh: "/sh", fromFl: "/fl"},
 		"RUNTIME_SUBDIRECTORY": {vars: map[string]string{"RUNTIME_SUBDIRECTORY": "rl"}, flag: "config-dir", sh: "/sh", fl: "/fl", get: dir, def: "/etc/sharelimit/config", up: "/srv/runtime_data/current/rl/config", fromSh: "/sh", fromFl: "/fl"},
@@ -232,9 +232,12 @@ func TestUpstreamTypicalDeployment(t *testing.T) {
 	want := Defaults()
 	want.ConfigDir = "/data/ratelimit/config"
 	want.ConfigAllFiles = true // upstream's directory, read as upstream reads it
-	want.HTTPAddr = "127.0.0.1:8080"
-	want.GRPCAddr = "127.0.0.1:8081"
-	want.DebugAddr = "127.0.0.1:6070"
+	// Upstream's addresses: its Service and its probes reach the pod's IP.
+	want.HTTPAddr = "0.0.0.0:8080"
+	want.GRPCAddr = "0.0.0.0:8081"
+	want.DebugAddr = "0.0.0.0:6070"
+	want.AllowRemote = true
+	want.UpstreamBy = []string{"GRPC_PORT", "DEBUG_PORT", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES", "REDIS_SOCKET_TYPE", "REDIS_URL", "USE_STATSD"}
 	want.LogLevel = "debug"
 	got := *cfg
 	got.Notices = nil
@@ -310,17 +313,19 @@ func TestUpstreamRemoteHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPAddr != "0.0.0.0:8080" || !cfg.AllowRemote || cfg.GRPCAddr != "127.0.0.1:9081" {
-		t.Fatalf("got http %s grpc %s allow-remote %v", cfg.HTTPAddr, cfg.GRPCAddr, cfg.AllowRemote)
+	// GRPC_PORT is upstream's alone: upstream's mode, so gRPC listens where
+	// upstream's did too.
+	if cfg.HTTPAddr != "0.0.0.0:8080" || !cfg.AllowRemote || cfg.GRPCAddr != "0.0.0.0:9081" || cfg.DebugAddr != "0.0.0.0:6070" {
+		t.Fatalf("got http %s grpc %s debug %s allow-remote %v", cfg.HTTPAddr, cfg.GRPCAddr, cfg.DebugAddr, cfg.AllowRemote)
 	}
 	found := false
 	for _, n := range cfg.Notices {
-		if n.Level == slog.LevelWarn && slices.Equal(n.Vars, []string{"HOST"}) && strings.Contains(n.Message, "loopback") {
+		if strings.Contains(n.Message, "beyond loopback") && strings.Contains(n.Message, "--grpc-addr 0.0.0.0:9081") && strings.Contains(n.Message, "--debug-addr 0.0.0.0:6070") {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no warning that HOST listens beyond loopback:\n%s", renderNotices(cfg.Notices))
+		t.Errorf("no notice that the listeners are beyond loopback:\n%s", renderNotices(cfg.Notices))
 	}
 	cfg.ConfigDir = t.TempDir()
 	if err := cfg.Validate(); err != nil {
@@ -336,9 +341,21 @@ func TestUpstreamRemoteHost(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 
-	// Without upstream's host variables the loopback defaults stay.
-	cfg, _ = Parse("serve", nil, env(map[string]string{"PORT": "9080", "DEBUG_PORT": "9070"}), io.Discard)
-	if cfg.AllowRemote || cfg.HTTPAddr != "127.0.0.1:9080" || cfg.DebugAddr != "127.0.0.1:9070" {
+	// HOST and PORT alone are any program's: not upstream's mode, so the
+	// loopback defaults stay, and there is no debug listener.
+	cfg, _ = Parse("serve", nil, env(map[string]string{"PORT": "9080", "LOG_LEVEL": "warn"}), io.Discard)
+	if cfg.AllowRemote || cfg.HTTPAddr != "127.0.0.1:9080" || cfg.GRPCAddr != "127.0.0.1:8081" || cfg.DebugAddr != "" || len(cfg.UpstreamBy) > 0 {
+		t.Fatalf("got %+v", cfg)
+	}
+	// A SHARELIMIT_* address wins in upstream's mode, and the others still
+	// listen where upstream's did.
+	cfg, _ = Parse("serve", nil, env(map[string]string{"REDIS_URL": "redis:6379", "SHARELIMIT_GRPC_ADDR": "127.0.0.1:9081"}), io.Discard)
+	if cfg.GRPCAddr != "127.0.0.1:9081" || cfg.HTTPAddr != "0.0.0.0:8080" || cfg.DebugAddr != "0.0.0.0:6070" || !slices.Equal(cfg.UpstreamBy, []string{"REDIS_URL"}) {
+		t.Fatalf("got %+v", cfg)
+	}
+	// Run as upstream's command, with nothing set: upstream's mode.
+	cfg, _ = ParseUpstreamCommand("serve", nil, nil, io.Discard)
+	if cfg.GRPCAddr != "0.0.0.0:8081" || cfg.HTTPAddr != "0.0.0.0:8080" || cfg.DebugAddr != "0.0.0.0:6070" || !slices.Equal(cfg.UpstreamBy, []string{"/bin/ratelimit"}) {
 		t.Fatalf("got %+v", cfg)
 	}
 }

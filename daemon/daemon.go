@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,8 +57,8 @@ type Daemon struct {
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
-	// The debug listener (--debug-addr, upstream's DEBUG_PORT): the admin
-	// handler again; nil when not asked for.
+	// The debug listener (--debug-addr, upstream's DEBUG_PORT): upstream's
+	// debug endpoints (server.Admin.DebugHandler); nil when not asked for.
 	debug    *http.Server
 	debugLis net.Listener
 	// state is --state-file's keeper, nil without it; snap is the snapshot
@@ -75,9 +76,9 @@ type Daemon struct {
 // returns must be Run. version names the build on the status page.
 func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, clock: monotime.New(), started: time.Now()}
-	for _, a := range []string{cfg.GRPCAddr, cfg.HTTPAddr, cfg.DebugAddr} {
-		if host, _, err := net.SplitHostPort(a); err == nil && !config.IsLoopback(host) {
-			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "addr", a)
+	for _, l := range []struct{ name, addr string }{{"grpc", cfg.GRPCAddr}, {"http", cfg.HTTPAddr}, {"debug", cfg.DebugAddr}} {
+		if host, _, err := net.SplitHostPort(l.addr); err == nil && !config.IsLoopback(host) {
+			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "listener", l.name, "addr", l.addr)
 		}
 	}
 	store := bucket.NewStore(cfg.MaxBuckets)
@@ -165,7 +166,7 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
 	if d.debugLis != nil {
-		d.debug = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		d.debug = &http.Server{Handler: d.admin.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}
 		attrs = append(attrs, "debug", d.debugLis.Addr().String())
 	}
 	for _, v := range d.views {
@@ -173,6 +174,13 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	}
 	log.Info("sharelimit serving", append(attrs, "max_buckets", cfg.MaxBuckets, "quota_mode", cfg.QuotaMode)...)
 	return d, nil
+}
+
+// unshared reports whether cfg is upstream's deployment at --replicas 1; with
+// a static view, that is a fault: upstream's replicas shared their counts,
+// and these do not.
+func unshared(cfg *config.Config) bool {
+	return len(cfg.UpstreamBy) > 0 && cfg.Replicas == 1
 }
 
 // waitsForXDS reports whether serving waits for the management server's first
@@ -298,6 +306,13 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 					return fmt.Errorf("consul membership of service %s: %w", v.service, err)
 				}
 			}
+		}
+		if first.Source == "static" && unshared(cfg) {
+			first.Fault = membership.FaultUnshared
+			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+strings.Join(cfg.UpstreamBy, ", ")+
+				"), whose replicas shared one count in Redis, and membership is static at --replicas 1, so N replicas admit up to N times each limit; "+
+				"set "+config.EnvName("peers-dns")+" to a name that resolves to every replica (a Kubernetes headless Service, a compose service), "+
+				"or "+config.EnvName("replicas")+" to the replica count", "fault", membership.FaultUnshared)
 		}
 		v.publish(first)
 		v.register(reg)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -168,20 +169,54 @@ func TestHealthyWithAtLeastOneConfig(t *testing.T) {
 	await(false)
 }
 
-// TestDebugListener: --debug-addr serves the admin pages again (upstream's
-// DEBUG_PORT): /rlconfig and pprof.
+// TestDebugListener: --debug-addr serves upstream's debug listener (its
+// DEBUG_PORT): /rlconfig in upstream's own text, pprof, and an index; the
+// admin listener keeps sharelimit's /rlconfig. In upstream's deployment at
+// --replicas 1 both say that each replica enforces every limit whole.
 func TestDebugListener(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.DebugAddr = "127.0.0.1:0"
-	r := start(t, cfg)
-	if r.d.debugLis == nil {
-		t.Fatal("no debug listener")
-	}
-	addr := r.d.debugLis.Addr().String()
-	if code, body := r.get(t, addr, "/rlconfig"); code != 200 || !strings.Contains(body, "d.k") {
-		t.Fatalf("/rlconfig on the debug listener: %d\n%s", code, body)
-	}
-	if code, _ := r.get(t, addr, "/debug/pprof/"); code != 200 {
-		t.Fatalf("/debug/pprof/ on the debug listener: %d", code)
+	for _, upstream := range []bool{false, true} {
+		t.Run(fmt.Sprint("upstream=", upstream), func(t *testing.T) {
+			cfg := testConfig(t)
+			writeRules(t, cfg.ConfigDir, "r.yaml", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"+
+				"    descriptors:\n      - key: n\n        rate_limit: {unlimited: true}\n  - key: q\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+			cfg.DebugAddr = "127.0.0.1:0"
+			if upstream {
+				cfg.UpstreamBy = []string{"REDIS_URL"}
+			}
+			r := start(t, cfg)
+			if r.d.debugLis == nil {
+				t.Fatal("no debug listener")
+			}
+			addr := r.d.debugLis.Addr().String()
+			want := "d.k_v: unit=MINUTE requests_per_unit=7, shadow_mode: true, quota_mode: false\n" +
+				"d.k_v.n: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" +
+				"d.q: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: true\n"
+			fault := "# sharelimit: membership fault=unshared"
+			code, body := r.get(t, addr, "/rlconfig")
+			if code != 200 || !strings.HasPrefix(body, want) {
+				t.Fatalf("/rlconfig on the debug listener: %d\n%s\nwant upstream's text:\n%s", code, body, want)
+			}
+			if rest := strings.TrimPrefix(body, want); upstream != strings.HasPrefix(rest, fault) || !upstream && rest != "" {
+				t.Errorf("/rlconfig on the debug listener, after the rules (upstream=%v):\n%s", upstream, rest)
+			}
+			if code, _ := r.get(t, addr, "/debug/pprof/"); code != 200 {
+				t.Fatalf("/debug/pprof/ on the debug listener: %d", code)
+			}
+			if code, body := r.get(t, addr, "/"); code != 200 || !strings.Contains(body, "/rlconfig: ") || !strings.Contains(body, "/debug/pprof/: ") {
+				t.Fatalf("index of the debug listener: %d\n%s", code, body)
+			}
+			code, body = r.get(t, r.d.httpLis.Addr().String(), "/rlconfig")
+			if code != 200 || !strings.Contains(body, "membership: source=static") || upstream != strings.Contains(body, "fault=unshared") {
+				t.Fatalf("/rlconfig on the admin listener (upstream=%v): %d\n%s", upstream, code, body)
+			}
+			code, body = r.get(t, r.d.httpLis.Addr().String(), "/")
+			if code != 200 || upstream != strings.Contains(body, "unshared: upstream's deployment") {
+				t.Fatalf("status page (upstream=%v): %d\n%s", upstream, code, body)
+			}
+			code, body = r.get(t, r.d.httpLis.Addr().String(), "/metrics")
+			if code != 200 || upstream != strings.Contains(body, `sharelimit_membership_fault{cause="unshared",service=""} 1`) {
+				t.Fatalf("metrics (upstream=%v): %d", upstream, code)
+			}
+		})
 	}
 }

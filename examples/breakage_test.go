@@ -116,12 +116,15 @@ func TestDockerfileGuardCatches(t *testing.T) {
 		{name: "shell-form entrypoint", old: `ENTRYPOINT ["/sharelimit"]`, new: "ENTRYPOINT /sharelimit", want: "exec (JSON array) form"},
 		{name: "entrypoint is not the built binary", old: `ENTRYPOINT ["/sharelimit"]`, new: `ENTRYPOINT ["/usr/bin/sharelimit"]`, want: "ENTRYPOINT"},
 		{name: "older Go than go.mod", old: "FROM golang:1.26 AS build", new: "FROM golang:1.22 AS build", want: "go.mod asks for"},
-		{name: "default command with a bad flag", old: `"--config-dir"`, new: `"--config"`, want: "flag provided but not defined"},
+		{name: "default command with a flag", old: `CMD ["serve"]`, new: `CMD ["serve", "--config-dir", "/etc/sharelimit/config"]`, want: "would override upstream's variables"},
+		{name: "image default with a bad value", old: "SHARELIMIT_STATE_INTERVAL=10s", new: "SHARELIMIT_STATE_INTERVAL=often", want: "SHARELIMIT_STATE_INTERVAL"},
+		{name: "no upstream command", old: " && ln -s /sharelimit /out/bin/ratelimit", new: "", want: "no /bin/ratelimit"},
+		{name: "upstream command not in /bin", old: "COPY --from=build /out/bin/ /bin/", new: "COPY --from=build /out/bin/ /usr/local/bin/", want: "no /bin/ratelimit"},
 		{name: "cgo left on", old: "CGO_ENABLED=0 ", new: "", want: "CGO_ENABLED=0"},
 		{name: "binary not copied", old: "COPY --from=build /out/sharelimit /sharelimit", new: "COPY --from=build /out/other /sharelimit", want: "does not copy"},
 		{name: "state in the container's own layer", old: `VOLUME ["/var/lib/sharelimit"]`, new: "", want: "not a directory the deployment keeps"},
 		{name: "state directory root's", old: "--chown=65532:65532 /out/state", new: "/out/state", want: "could not write its state"},
-		{name: "no state file", old: `, "--state-file", "/var/lib/sharelimit/state"`, new: "", want: "no --state-file"},
+		{name: "no state file", old: ` SHARELIMIT_STATE_FILE=/var/lib/sharelimit/state`, new: "", want: "no --state-file"},
 	})
 }
 

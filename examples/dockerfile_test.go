@@ -1,79 +1,21 @@
 package examples_test
 
 import (
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sharelimit/sharelimit/internal/dockerfile"
 )
 
-// instruction is one Dockerfile instruction, continuation lines joined.
-type instruction struct {
-	cmd  string // upper case: FROM, RUN, ...
-	args string
-}
-
-type stage struct {
-	base, name string
-	body       []instruction
-}
-
-// parseDockerfile splits a Dockerfile into stages. Comments (and parser
-// directives, which are comments too) are dropped.
-func parseDockerfile(data string) []stage {
-	var stages []stage
-	var cur strings.Builder
-	flush := func() {
-		line := strings.TrimSpace(cur.String())
-		cur.Reset()
-		if line == "" {
-			return
-		}
-		cmd, args, _ := strings.Cut(line, " ")
-		in := instruction{cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args)}
-		if in.cmd == "FROM" {
-			f := strings.Fields(in.args)
-			s := stage{}
-			for len(f) > 0 && strings.HasPrefix(f[0], "--") {
-				f = f[1:] // --platform=...
-			}
-			if len(f) > 0 {
-				s.base = f[0]
-			}
-			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
-				s.name = f[2]
-			}
-			stages = append(stages, s)
-			return
-		}
-		if len(stages) > 0 {
-			stages[len(stages)-1].body = append(stages[len(stages)-1].body, in)
-		}
-	}
-	for _, line := range strings.Split(data, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "#") {
-			continue
-		}
-		if cont, ok := strings.CutSuffix(trimmed, `\`); ok {
-			cur.WriteString(cont + " ")
-			continue
-		}
-		cur.WriteString(trimmed)
-		flush()
-	}
-	flush()
-	return stages
-}
-
 // execForm reads a JSON-array instruction (ENTRYPOINT, CMD).
-func execForm(p *problems, in instruction) []string {
-	var v []string
-	if err := json.Unmarshal([]byte(in.args), &v); err != nil {
-		p.addf("Dockerfile: %s %s: use the exec (JSON array) form: the final image has no shell", in.cmd, in.args)
+func execForm(p *problems, in dockerfile.Instruction) []string {
+	v, err := dockerfile.ExecForm(in)
+	if err != nil {
+		p.addf("Dockerfile: %v: use the exec (JSON array) form: the final image has no shell", err)
 	}
 	return v
 }
@@ -91,7 +33,7 @@ func goModVersion(gomod string) string {
 // module's Go, and runs it from a distroless or scratch base as a non-root
 // user, with a default command the daemon accepts.
 func checkDockerfile(p *problems, data, gomod string) {
-	stages := parseDockerfile(data)
+	stages := dockerfile.Parse(data)
 	if len(stages) < 2 {
 		p.addf("Dockerfile: %d stages; want a build stage and a final one", len(stages))
 		return
@@ -99,24 +41,24 @@ func checkDockerfile(p *problems, data, gomod string) {
 	build, final := stages[0], stages[len(stages)-1]
 
 	// The build stage.
-	if goVer := goModVersion(gomod); !strings.HasPrefix(build.base, "golang:"+goVer) {
-		p.addf("Dockerfile: builds FROM %s, but go.mod asks for go %s", build.base, goVer)
+	if goVer := goModVersion(gomod); !strings.HasPrefix(build.Base, "golang:"+goVer) {
+		p.addf("Dockerfile: builds FROM %s, but go.mod asks for go %s", build.Base, goVer)
 	}
 	var out string
 	copiedMod := false
-	for _, in := range build.body {
-		if in.cmd == "COPY" && strings.Contains(in.args, "go.mod") && strings.Contains(in.args, "go.sum") {
+	for _, in := range build.Body {
+		if in.Cmd == "COPY" && strings.Contains(in.Args, "go.mod") && strings.Contains(in.Args, "go.sum") {
 			copiedMod = true
 		}
-		if in.cmd != "RUN" || !strings.Contains(in.args, "go build") {
+		if in.Cmd != "RUN" || !strings.Contains(in.Args, "go build") {
 			continue
 		}
-		f := strings.Fields(in.args[strings.Index(in.args, "go build"):])
+		f := strings.Fields(in.Args[strings.Index(in.Args, "go build"):])
 		if pkg := f[len(f)-1]; pkg != "./cmd/sharelimit" {
 			p.addf("Dockerfile: go build %s; the binary is ./cmd/sharelimit", pkg)
 		}
 		for _, want := range []string{"CGO_ENABLED=0", "-trimpath"} {
-			if !strings.Contains(in.args, want) {
+			if !strings.Contains(in.Args, want) {
 				p.addf("Dockerfile: the go build step lacks %s", want)
 			}
 		}
@@ -130,29 +72,42 @@ func checkDockerfile(p *problems, data, gomod string) {
 	}
 
 	// The final stage.
-	if final.base != "scratch" && !strings.HasPrefix(final.base, "gcr.io/distroless/static") {
-		p.addf("Dockerfile: the final stage is FROM %s; want gcr.io/distroless/static* or scratch", final.base)
+	if final.Base != "scratch" && !strings.HasPrefix(final.Base, "gcr.io/distroless/static") {
+		p.addf("Dockerfile: the final stage is FROM %s; want gcr.io/distroless/static* or scratch", final.Base)
 	}
 	var user, copied string
 	var entrypoint, cmd []string
+	env := map[string]string{}
+	links := map[string]string{} // a directory copied in from the build stage, by where it lands
 	volumes := map[string]bool{}
 	owned := map[string]string{} // a directory copied in, by its owner
-	for _, in := range final.body {
-		switch in.cmd {
+	for _, in := range final.Body {
+		switch in.Cmd {
 		case "VOLUME":
-			for _, v := range strings.Fields(strings.NewReplacer("[", " ", "]", " ", ",", " ", `"`, " ").Replace(in.args)) {
+			for _, v := range strings.Fields(strings.NewReplacer("[", " ", "]", " ", ",", " ", `"`, " ").Replace(in.Args)) {
 				volumes[v] = true
 			}
 		case "USER":
-			user = in.args
+			user = in.Args
 		case "ENTRYPOINT":
 			entrypoint = execForm(p, in)
 		case "CMD":
 			cmd = execForm(p, in)
+		case "ENV":
+			kv, err := dockerfile.Env(in)
+			if err != nil {
+				p.addf("Dockerfile: %v", err)
+			}
+			for _, e := range kv {
+				env[e[0]] = e[1]
+			}
 		case "COPY":
-			f := strings.Fields(in.args)
-			if len(f) == 3 && (f[0] == "--from="+build.name || f[0] == "--from=0") && f[1] == out {
+			f := strings.Fields(in.Args)
+			if len(f) == 3 && (f[0] == "--from="+build.Name || f[0] == "--from=0") && f[1] == out {
 				copied = f[2]
+			}
+			if len(f) == 3 && (f[0] == "--from="+build.Name || f[0] == "--from=0") && strings.HasSuffix(f[1], "/") {
+				links[f[2]] = f[1]
 			}
 			if len(f) == 4 && strings.HasPrefix(f[1], "--chown=") {
 				owned[f[3]] = strings.TrimPrefix(f[1], "--chown=")
@@ -169,6 +124,18 @@ func checkDockerfile(p *problems, data, gomod string) {
 	case len(entrypoint) != 1 || entrypoint[0] != copied:
 		p.addf("Dockerfile: ENTRYPOINT %v; want [%q], the binary the build stage made", entrypoint, copied)
 	}
+	// Upstream's command, /bin/ratelimit: upstream's compose files and
+	// manifests run it. It must be a link to the binary, made in the build
+	// stage in a directory copied to /bin/.
+	if !upstreamCommand(build.Body, links["/bin/"], copied) {
+		p.addf("Dockerfile: no /bin/ratelimit linked to %s: upstream's manifests run /bin/ratelimit", copied)
+	}
+	// The command sets no flag: a flag would win over upstream's variables
+	// (RUNTIME_ROOT, ...), which the image must leave in charge. The image's
+	// own defaults are SHARELIMIT_* variables.
+	if len(cmd) != 1 || cmd[0] != "serve" {
+		p.addf("Dockerfile: CMD %v; want [\"serve\"] alone: a flag would override upstream's variables", cmd)
+	}
 	// A VOLUME the image's user can write: the state file lives there, and a
 	// volume outlives the container.
 	for v := range volumes {
@@ -176,8 +143,22 @@ func checkDockerfile(p *problems, data, gomod string) {
 			p.addf("Dockerfile: VOLUME %s is not copied in owned by USER %s: the daemon could not write its state there", v, user)
 		}
 	}
-	checkDaemon(p, daemon{where: "Dockerfile: CMD", args: cmd, stateDirs: volumes,
+	checkDaemon(p, daemon{where: "Dockerfile: CMD", args: cmd, env: env, stateDirs: volumes,
 		mounts: map[string]string{"/etc/sharelimit/config": filepath.Join(repo, "examples", "config")}})
+}
+
+// upstreamCommand reports whether the build stage links dir+"ratelimit" to
+// target: RUN ... ln -s TARGET DIR/ratelimit.
+func upstreamCommand(body []dockerfile.Instruction, dir, target string) bool {
+	if dir == "" || target == "" {
+		return false
+	}
+	for _, in := range body {
+		if in.Cmd == "RUN" && strings.Contains(in.Args, "ln -s "+target+" "+dir+"ratelimit") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestDockerfile(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/internal/human"
+	"github.com/sharelimit/sharelimit/membership"
 )
 
 func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
@@ -90,6 +91,9 @@ func writeView(w io.Writer, label string, v View) {
 	if v.Source == "static" {
 		// Nothing watches a static view: no age, errors or held change.
 		fmt.Fprintf(w, ": static, --replicas %d", v.Total)
+		if v.Fault == membership.FaultUnshared {
+			fmt.Fprintf(w, " fault=%s: every replica enforces every limit whole, where upstream's replicas shared one count; set SHARELIMIT_PEERS_DNS to a name that resolves to every replica, or SHARELIMIT_REPLICAS to their count", v.Fault)
+		}
 		return
 	}
 	fmt.Fprintf(w, ", confirmed %s", human.AgoSeconds(v.AgeSeconds, v.ObservedAt.IsZero()))

@@ -26,7 +26,7 @@ func golden(t *testing.T, name, got string) {
 
 func runCLI(args ...string) (int, string) {
 	var out bytes.Buffer
-	code := run(context.Background(), args, &out, &out)
+	code := run(context.Background(), append([]string{"sharelimit"}, args...), &out, &out)
 	return code, out.String()
 }
 
@@ -83,7 +83,7 @@ func TestServeRejectsInvalidConfigWithEveryError(t *testing.T) {
 	b, _ := os.ReadFile("../../descriptors/testdata/invalid/many_errors.yaml")
 	os.WriteFile(filepath.Join(dir, "bad.yaml"), b, 0o644)
 	var out bytes.Buffer
-	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, nil, &out)
+	code := serve(context.Background(), []string{"--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, nil, false, &out)
 	if code != 1 || strings.Count(out.String(), "bad.yaml:") != 4 {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}

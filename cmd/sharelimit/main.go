@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -31,14 +32,29 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run runs the command argv names; argv[0] is the program's own name.
+//
+// Upstream's images run /bin/ratelimit, and its compose files and manifests
+// name it as the command. So the binary run under that name (a link or a
+// copy), or given that path as its first argument (compose's command: under
+// an image whose entrypoint is sharelimit), serves in upstream's mode; see
+// config.Config.UpstreamBy.
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	switch {
+	asUpstream := len(argv) > 0 && isUpstreamCommand(argv[0])
+	var args []string
+	if len(argv) > 1 {
+		args = argv[1:]
+	}
+	if len(args) > 0 && strings.Contains(args[0], "/") && isUpstreamCommand(args[0]) {
+		asUpstream, args = true, args[1:]
+	}
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
 		cmd = "help"
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
@@ -46,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, os.Environ(), stderr)
+		return serve(ctx, args, os.Environ(), asUpstream, stderr)
 	case "check":
 		return check(args, stdout, stderr)
 	case "explain":
@@ -69,6 +85,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 const usage = `usage:
+// isUpstreamCommand reports whether name is upstream's command: a path or
+// name whose last element is "ratelimit".
+func isUpstreamCommand(name string) bool { return filepath.Base(name) == "ratelimit" }
+
   sharelimit [serve] [flags]                 run the daemon (see sharelimit serve -h)
   sharelimit check [--replicas N] [--merge-domain-config] [--config-all-files] PATH...
                                              validate descriptor YAML files or directories (with
@@ -83,3 +103,6 @@ const usage = `usage:
                                              container probes: the image has no shell or curl)
   sharelimit version
 `
+
+Run as /bin/ratelimit, upstream's command (or given it as the first argument),
+it serves in upstream's mode: see the README's migration checklist.

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/daemon"
+	"github.com/sharelimit/sharelimit/descriptors"
 )
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
@@ -26,30 +27,42 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 }
 
 // serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains. A
-// second signal during the stop makes it stop at once.
-// environ is the process's environment, as os.Environ gives it.
-func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
-	cfg, err := config.ParseEnviron("serve", args, environ, stderr)
+// second signal during the stop makes it stop at once. environ is the
+// process's environment, as os.Environ gives it; asUpstream says the binary
+// runs as upstream's command (see run).
+//
+// Every error that stops the start is one log record, in the format the
+// settings ask for, even when the settings themselves are what is wrong, so a
+// log pipeline that parses JSON never meets a bare line.
+func serve(ctx context.Context, args, environ []string, asUpstream bool, stderr io.Writer) int {
+	parse := config.ParseEnviron
+	if asUpstream {
+		parse = config.ParseUpstreamCommand
+	}
+	// Usage goes to stderr for -h alone; a bad flag is one record below.
+	var usage bytes.Buffer
+	cfg, err := parse("serve", args, environ, &usage)
 	if errors.Is(err, flag.ErrHelp) {
+		stderr.Write(usage.Bytes())
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "sharelimit:", err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, "sharelimit: invalid settings:")
-		fmt.Fprintln(stderr, err)
+		startupLogger(args, environ, stderr).Error("invalid settings at start-up", "err", err.Error())
 		return 2
 	}
 	log := newLogger(cfg, stderr)
+	if err := cfg.Validate(); err != nil {
+		log.Error("invalid settings at start-up", "errors", lines(err))
+		return 2
+	}
 	for _, n := range cfg.Notices {
 		log.Log(ctx, n.Level, n.Message, "variables", n.Vars)
 	}
 	d, err := daemon.New(cfg, log, version)
 	if errors.Is(err, daemon.ErrConfig) {
-		printErrors(stderr, err)
-		err = daemon.ErrConfig
+		errs := configErrors(err)
+		log.Error("invalid config at start-up", "dir", cfg.ConfigDir, "errors", errs)
+		return 1
 	}
 	if err == nil {
 		hardStop, release := signalAfter(ctx, os.Interrupt, syscall.SIGTERM)
@@ -57,8 +70,62 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) int {
 		err = d.Run(ctx, hardStop)
 	}
 	if err != nil {
-		log.Error("sharelimit stopped", "err", err)
+		log.Error("sharelimit stopped", "err", err.Error())
 		return 1
 	}
 	return 0
+}
+
+// startupLogger is the logger for settings that could not be parsed: the
+// format comes from the arguments or the environment as Parse would read it
+// (--log-format, SHARELIMIT_LOG_FORMAT, LOG_FORMAT), text when none names a
+// valid one.
+func startupLogger(args, environ []string, w io.Writer) *slog.Logger {
+	format := ""
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "log-format" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasVal && i+1 < len(args) {
+			val = args[i+1]
+		}
+		format = val
+	}
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, seen := env[k]; !seen {
+				env[k] = v
+			}
+		}
+	}
+	for _, v := range []string{format, env[config.EnvName("log-format")], env["LOG_FORMAT"]} {
+		if v = strings.ToLower(v); v == "json" || v == "text" {
+			format = v
+			break
+		}
+	}
+	return newLogger(&config.Config{LogFormat: format, LogLevel: "info"}, w)
+}
+
+// lines splits an error of joined errors into its lines.
+func lines(err error) []string {
+	return strings.Split(strings.TrimSpace(err.Error()), "\n")
+}
+
+// configErrors is every config error, file:line:col first.
+func configErrors(err error) []string {
+	errs := descriptors.Errors(err)
+	if len(errs) == 0 {
+		return lines(err)
+	}
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
 }
