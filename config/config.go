@@ -149,13 +149,6 @@ type Config struct {
 	LogFormat string
 	LogLevel  string
 
-	// Notices are what Parse found worth telling the operator at start-up,
-	// about upstream's variables: which it applied, which it ignored and why.
-	// They name variables, never their values. The caller logs them once the
-	// logger exists.
-	Notices []Notice
-}
-
 	// UpstreamBy lists what put the daemon in upstream's mode, empty for none: the
 	// binary run as upstream's command (/bin/ratelimit), and the variables
 	// set that only upstream reads (RUNTIME_ROOT, CONFIG_TYPE, REDIS_*, ...;
@@ -164,6 +157,13 @@ type Config struct {
 	// static --replicas 1 is a fault: each replica enforces every limit whole,
 	// where upstream's replicas shared one count in Redis.
 	UpstreamBy []string
+
+	// Notices are what Parse found worth telling the operator at start-up,
+	// about upstream's variables: which it applied, which it ignored and why.
+	// They name variables, never their values. The caller logs them once the
+	// logger exists.
+	Notices []Notice
+}
 
 // The values of GRPCTransport.
 const (
@@ -372,6 +372,17 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 // of upstream's families that getenv cannot list (UpstreamVariables' names
 // ending in "*").
 func ParseEnviron(name string, args, environ []string, out io.Writer) (*Config, error) {
+	return parseEnviron(name, args, environ, false, out)
+}
+
+// ParseUpstreamCommand is ParseEnviron for the binary run as upstream's
+// command, /bin/ratelimit: upstream's mode whatever the environment holds
+// (see Config.UpstreamBy).
+func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*Config, error) {
+	return parseEnviron(name, args, environ, true, out)
+}
+
+func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
 	vars := make(map[string]string, len(environ))
 	var names []string
 	for _, kv := range environ {
@@ -384,17 +395,6 @@ func ParseEnviron(name string, args, environ []string, out io.Writer) (*Config, 
 			names = append(names, k)
 		}
 	}
-	return parseEnviron(name, args, environ, false, out)
-}
-
-// ParseUpstreamCommand is ParseEnviron for the binary run as upstream's
-// command, /bin/ratelimit: upstream's mode whatever the environment holds
-// (see Config.UpstreamBy).
-func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*Config, error) {
-	return parseEnviron(name, args, environ, true, out)
-}
-
-func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
 	return parse(name, args, func(k string) string { return vars[k] }, names, asCommand, out)
 }
 

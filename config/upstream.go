@@ -77,6 +77,7 @@ func applyUpstream(fs *flag.FlagSet, c *Config, getenv func(string) string, name
 		u.status[v.Name] = outcome{kind: applied}
 	}
 	u.listeners()
+	u.prometheus()
 	u.runtime()
 	u.grpcTLS()
 	u.jitter()
@@ -184,6 +185,8 @@ func (u *upstreamEnv) closed(v *upstreamVar) bool {
 		open, why = xds, whyXDSOff
 	case gateGRPCTLS:
 		open, why = u.on("GRPC_SERVER_USE_TLS"), whyTLSOff
+	case gateProm:
+		open, why = u.on("USE_PROMETHEUS"), whyPromOff
 	case gateXDSTLS:
 		// The switch may come from --xds-tls too; and it is itself an xDS row.
 		open, why = xds && u.c.XDSTLS, whyXDSTLSOff

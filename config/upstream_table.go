@@ -92,6 +92,7 @@ const (
 	gateXDS          // CONFIG_TYPE=GRPC_XDS_SOTW, from any source
 	gateGRPCTLS      // GRPC_SERVER_USE_TLS=true
 	gateXDSTLS       // xDS, and CONFIG_GRPC_XDS_SERVER_USE_TLS=true or --xds-tls
+	gateProm         // USE_PROMETHEUS=true
 )
 
 // The reasons ignored variables are grouped under in the warning. They are
@@ -100,6 +101,8 @@ const (
 const (
 	whyBackend   = "counters are token buckets in memory, no Redis or Memcache"
 	whyStats     = "metrics are Prometheus at /metrics on the admin listener, no statsd or DogStatsD"
+	whyMapper    = "upstream's default mapping is built in (ratelimit_service_*); there are no statsd stats for another mapping to rename"
+	whyPromOff   = "used only with USE_PROMETHEUS=true, as upstream"
 	whyTracing   = "sharelimit exports no traces"
 	whyOverLimit = "a request over its limit never takes tokens here, as if this were true"
 	whyConnAge   = "Envoy connects over loopback on the same node, so there are no connections to rebalance"
@@ -115,7 +118,7 @@ const (
 )
 
 // warnOrder is the order of the groups in the warning.
-var warnOrder = []string{whyXDSOff, whyTLSOff, whyXDSTLSOff, whyNoDir, whyUDS, whyBackend, whyOverLimit, whyStats, whyTracing, whyConnAge, whyRetry}
+var warnOrder = []string{whyXDSOff, whyTLSOff, whyXDSTLSOff, whyPromOff, whyNoDir, whyUDS, whyBackend, whyOverLimit, whyStats, whyMapper, whyTracing, whyConnAge, whyRetry}
 
 // Converters from upstream's values (envconfig's rules) to the flags'.
 var (
@@ -269,6 +272,15 @@ func buildUpstreamTable() []upstreamVar {
 		gated(gateXDS, mapped("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-backoff-jitter", "with CONFIG_TYPE=GRPC_XDS_SOTW; between 0 and 1", convRandomFactor)),
 		gated(gateXDS, mapped("XDS_CLIENT_BACKOFF_JITTER", "xds-backoff-jitter", "with CONFIG_TYPE=GRPC_XDS_SOTW; false sets it to 0, whatever XDS_CLIENT_BACKOFF_RANDOM_FACTOR says", nil)),
 		gated(gateXDS, mapped("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-max-msg-size", "with CONFIG_TYPE=GRPC_XDS_SOTW; bytes", convMsgSize)),
+
+		// Upstream's Prometheus sink: USE_PROMETHEUS=true opens the rows
+		// behind it.
+		{UpstreamVar: UpstreamVar{Name: "USE_PROMETHEUS", To: "--metrics-addr, --metrics-path",
+			Why: "true serves upstream's ratelimit_service_* series, and every sharelimit_* series, on PROMETHEUS_ADDR at PROMETHEUS_PATH (upstream's defaults: :9090, every interface, logged at WARN, and /metrics); otherwise PROMETHEUS_ADDR, PROMETHEUS_PATH and PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS do nothing, as upstream"}},
+		gated(gateProm, mapped("PROMETHEUS_ADDR", "metrics-addr", "with USE_PROMETHEUS=true; host:port, or :port for every interface (it needs no --allow-remote: it serves only metrics)", convListenAddr)),
+		gated(gateProm, mapped("PROMETHEUS_PATH", "metrics-path", "with USE_PROMETHEUS=true; a path starting with /", convPath)),
+		gated(gateProm, mapped("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "metrics-response-time-ms", "with USE_PROMETHEUS=true; true or false", convBool)),
+		mapped("NEAR_LIMIT_RATIO", "near-limit-ratio", "between 0 and 1: an admitted hit that leaves less than (1 - ratio) of its bucket's burst, cluster-wide, counts in ratelimit_service_rate_limit_near_limit", convRatio),
 	}
 	t = append(t, ignored(whyRetry, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")...)
 	t = append(t, ignored(whyConnAge, "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE")...)
@@ -289,9 +301,8 @@ func buildUpstreamTable() []upstreamVar {
 	t = append(t, ignored(whyOverLimit, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")...)
 	t = append(t, ignored(whyStats,
 		"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS",
-		"STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
-		"PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "NEAR_LIMIT_RATIO",
-		"DOG_STATSD_MOGRIFIER_*", "GOSTATS_*")...)
+		"STATS_FLUSH_INTERVAL", "DISABLE_STATS", "DOG_STATSD_MOGRIFIER_*", "GOSTATS_*")...)
+	t = append(t, ignored(whyMapper, "PROMETHEUS_MAPPER_YAML")...)
 	t = append(t, ignored(whyTracing,
 		"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "OTEL_*")...)

@@ -86,6 +86,7 @@ func TestUpstreamPrecedence(t *testing.T) {
 	}
 	xds := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
 	xdsTLS := with(xds, "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true")
+	prom := map[string]string{"USE_PROMETHEUS": "true"}
 	boolCase := func(name, flag string, get func(*Config) any) tc {
 		return tc{vars: map[string]string{name: "true"}, flag: flag, sh: "false", fl: "true", get: get, def: false, up: true, fromSh: false, fromFl: true}
 	}
@@ -138,6 +139,13 @@ func TestUpstreamPrecedence(t *testing.T) {
 		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":          {base: xds, vars: map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.25"}, flag: "xds-backoff-jitter", sh: "0.75", fl: "1", get: func(c *Config) any { return c.XDSBackoffJitter }, def: 0.5, up: 0.25, fromSh: 0.75, fromFl: 1.0},
 		"XDS_CLIENT_BACKOFF_JITTER":                 {base: xds, vars: map[string]string{"XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.25"}, flag: "xds-backoff-jitter", sh: "0.75", fl: "1", get: func(c *Config) any { return c.XDSBackoffJitter }, def: 0.5, up: 0.0, fromSh: 0.75, fromFl: 1.0},
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":          {base: xds, vars: map[string]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1048576"}, flag: "xds-max-msg-size", sh: "2048", fl: "4096", get: func(c *Config) any { return c.XDSMaxMsgSize }, def: 0, up: 1048576, fromSh: 2048, fromFl: 4096},
+
+		"USE_PROMETHEUS":  {vars: map[string]string{"USE_PROMETHEUS": "true"}, flag: "metrics-addr", sh: "127.0.0.2:1", fl: "127.0.0.3:2", get: func(c *Config) any { return c.MetricsAddr }, def: "", up: ":9090", fromSh: "127.0.0.2:1", fromFl: "127.0.0.3:2"},
+		"PROMETHEUS_ADDR": {base: prom, vars: map[string]string{"PROMETHEUS_ADDR": "127.0.0.1:9191"}, flag: "metrics-addr", sh: "127.0.0.2:1", fl: ":2", get: func(c *Config) any { return c.MetricsAddr }, def: ":9090", up: "127.0.0.1:9191", fromSh: "127.0.0.2:1", fromFl: ":2"},
+		"PROMETHEUS_PATH": {base: prom, vars: map[string]string{"PROMETHEUS_PATH": "/up"}, flag: "metrics-path", sh: "/sh", fl: "/fl", get: func(c *Config) any { return c.MetricsPath }, def: "/metrics", up: "/up", fromSh: "/sh", fromFl: "/fl"},
+		"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": {base: prom, vars: map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, flag: "metrics-response-time-ms", sh: "false", fl: "true",
+			get: func(c *Config) any { return c.MetricsMilliseconds }, def: false, up: true, fromSh: false, fromFl: true},
+		"NEAR_LIMIT_RATIO": {vars: map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, flag: "near-limit-ratio", sh: "0.25", fl: "1", get: func(c *Config) any { return c.NearLimitRatio }, def: 0.8, up: 0.5, fromSh: 0.25, fromFl: 1.0},
 	}
 
 	// Every variable the table maps to a setting has a case here.
@@ -447,6 +455,7 @@ func TestUpstreamNoticesCarryNoValues(t *testing.T) {
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/" + marker + "/xca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": marker,
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "2s",
 		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.1", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "100",
+		"PROMETHEUS_ADDR": "127.0.0.1:9191", "PROMETHEUS_PATH": "/" + marker, "NEAR_LIMIT_RATIO": "0.5",
 		// Ignored, but upstream parses them, and so does sharelimit.
 		"RUNTIME_WATCH_ROOT": "true", "RUNTIME_IGNOREDOTFILES": "false",
 	}

@@ -34,6 +34,9 @@ func (c *Config) Validate() error {
 	if c.DebugAddr != "" {
 		listeners = append(listeners, struct{ flag, addr string }{"debug-addr", c.DebugAddr})
 	}
+	if c.MetricsAddr != "" {
+		listeners = append(listeners, struct{ flag, addr string }{"metrics-addr", c.MetricsAddr})
+	}
 	bound := map[string]string{} // address -> the flag that listens there
 	for _, l := range listeners {
 		if strings.HasPrefix(l.addr, "unix:") {
@@ -52,7 +55,9 @@ func (c *Config) Validate() error {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			bad(l.flag, "bad port %q", port)
 		}
-		if !IsLoopback(host) && !c.AllowRemote {
+		// The metrics listener spends no limits and answers no requests:
+		// Prometheus scrapes it from elsewhere, as upstream's :9090.
+		if !IsLoopback(host) && !c.AllowRemote && l.flag != "metrics-addr" {
 			bad(l.flag, "%s is not a loopback address; sharelimit runs beside Envoy on loopback (pass --allow-remote to listen elsewhere)", host)
 		}
 		// Port 0 picks a free port each time, so only a fixed port can clash.
@@ -60,6 +65,12 @@ func (c *Config) Validate() error {
 			bad(l.flag, "%s is also --%s", l.addr, other)
 		}
 		bound[l.addr] = l.flag
+	}
+	if c.MetricsAddr != "" && !strings.HasPrefix(c.MetricsPath, "/") {
+		bad("metrics-path", "want a path starting with /, got %q", c.MetricsPath)
+	}
+	if !(c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1) {
+		bad("near-limit-ratio", "want a ratio from 0 to 1, got %v", c.NearLimitRatio)
 	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		bad("grpc-tls-cert", "--grpc-tls-cert and --grpc-tls-key go together")

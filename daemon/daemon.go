@@ -61,6 +61,11 @@ type Daemon struct {
 	// debug endpoints (server.Admin.DebugHandler); nil when not asked for.
 	debug    *http.Server
 	debugLis net.Listener
+	// The metrics listener (--metrics-addr, upstream's PROMETHEUS_ADDR):
+	// upstream's series and sharelimit's (metricsServer); nil when not
+	// asked for.
+	metricsSrv *http.Server
+	metricsLis net.Listener
 	// state is --state-file's keeper, nil without it; snap is the snapshot
 	// read at start, until it is restored.
 	state       *keeper
@@ -85,6 +90,9 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
 	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
+	if cfg.MetricsAddr != "" {
+		metrics.CountUpstream(cfg.NearLimitRatio) // before any rule is bound
+	}
 	if cfg.StateFile != "" {
 		// Before membership and the rules: the saved seed keys the
 		// buckets, and the saved views stand until Consul answers.
@@ -168,6 +176,10 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	if d.debugLis != nil {
 		d.debug = &http.Server{Handler: d.admin.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}
 		attrs = append(attrs, "debug", d.debugLis.Addr().String())
+	}
+	if d.metricsLis != nil {
+		d.metricsSrv = d.metricsServer(metrics, rules)
+		attrs = append(attrs, "metrics", d.metricsLis.Addr().String())
 	}
 	for _, v := range d.views {
 		attrs = append(attrs, "membership", v.service+"="+strconv.FormatFloat(d.engine.GroupWeight(v.group).W, 'g', 6, 64))
@@ -388,6 +400,14 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		if v.demand != nil {
 			g.Go(func() error { return v.demand.Run(gctx) })
 		}
+	if d.metricsSrv != nil {
+		g.Go(func() error {
+			if err := d.metricsSrv.Serve(d.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics server: %w", err)
+			}
+			return nil
+		})
+	}
 	}
 	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })
 	g.Go(func() error {
@@ -433,12 +453,16 @@ func (d *Daemon) restore(set *descriptors.Set) {
 	})
 }
 
-// httpServers are the admin server and, when there is one, the debug server.
+// httpServers are the admin server and, when there are, the debug and
+// metrics servers.
 func (d *Daemon) httpServers() []*http.Server {
-	if d.debug == nil {
-		return []*http.Server{d.http}
+	out := []*http.Server{d.http}
+	for _, s := range []*http.Server{d.debug, d.metricsSrv} {
+		if s != nil {
+			out = append(out, s)
+		}
 	}
-	return []*http.Server{d.http, d.debug}
+	return out
 }
 
 // sweep drops refilled buckets every interval until ctx ends.

@@ -24,13 +24,19 @@ func (d *Daemon) listen() error {
 			return fmt.Errorf("debug listener: %w", err)
 		}
 	}
+	if d.cfg.MetricsAddr != "" {
+		if d.metricsLis, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
+			d.closeListeners()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+	}
 	return nil
 }
 
 // closeListeners closes every listener open, for a start that fails after
 // listen: a daemon New does not return must leave nothing open.
 func (d *Daemon) closeListeners() {
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.debugLis} {
+	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.debugLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}

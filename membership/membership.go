@@ -80,16 +80,16 @@ const (
 	FaultAbsent = "absent"
 	// FaultError: any other failed query; the last view stands.
 	FaultError = "error"
-)
-
-// AbsentWeight is the weight of a replica whose node has no counted
-// instance. It is not 0, so that every figure divided by a weight stays
-// finite, and it is so small that such a replica's buckets hold only the
 	// FaultUnshared: a static view of one replica where the deployment is
 	// envoyproxy/ratelimit's, whose replicas shared one count in Redis: if
 	// there are more replicas, each enforces every limit whole. The daemon
 	// sets it (it knows the deployment); the view stands as configured.
 	FaultUnshared = "unshared"
+)
+
+// AbsentWeight is the weight of a replica whose node has no counted
+// instance. It is not 0, so that every figure divided by a weight stays
+// finite, and it is so small that such a replica's buckets hold only the
 // one-token floor every bucket has, refilled at a billionth of the rate.
 const AbsentWeight = 1e-9
 

@@ -33,6 +33,9 @@ type detailedValues struct {
 type detailedEntry struct {
 	value string
 	codes [2]atomic.Pointer[counter] // by codeIndex
+	// upstreamHits are the key's hits in upstream's terms (upstream.go),
+	// counted only while upstream's series are on.
+	upstreamHits
 }
 
 // counter boxes a prometheus.Counter for atomic.Pointer.
@@ -44,9 +47,10 @@ func newDetailedValues(vec *prometheus.CounterVec, domain, rule string) *detaile
 	return dv
 }
 
-// inc counts one decision under key, upstream's stats key for it. key is only
+// inc counts one decision under key, upstream's stats key for it, and returns
+// the entry it counted in (nil when the rule's series are gone). key is only
 // read: the map keeps a copy.
-func (dv *detailedValues) inc(key []byte, code int) {
+func (dv *detailedValues) inc(key []byte, code int) *detailedEntry {
 	e := (*dv.vals.Load())[string(key)]
 	if e == nil && dv.full.Load() {
 		// The insert that filled the map happened before full was set, so this
@@ -58,20 +62,20 @@ func (dv *detailedValues) inc(key []byte, code int) {
 	if e != nil {
 		if c := e.codes[code].Load(); c != nil {
 			c.Inc()
-			return
+			return e
 		}
 	}
-	dv.slow(key, e, code)
+	return dv.slow(key, e, code)
 }
 
 // slow admits a new value, or creates a code's series, under the lock.
-func (dv *detailedValues) slow(key []byte, e *detailedEntry, code int) {
+func (dv *detailedValues) slow(key []byte, e *detailedEntry, code int) *detailedEntry {
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	if dv.dead {
 		// Unbind deleted the rule's series: one created now would be exported
 		// forever for a rule that is gone. This late decision goes uncounted.
-		return
+		return nil
 	}
 	if e == nil {
 		vals := *dv.vals.Load()
@@ -99,6 +103,7 @@ func (dv *detailedValues) slow(key []byte, e *detailedEntry, code int) {
 		e.codes[code].Store(c)
 	}
 	c.Inc()
+	return e
 }
 
 // retire deletes the rule's detailed series for good; slow creates none after

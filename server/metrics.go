@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -37,6 +38,12 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	draining  prometheus.Gauge
 	overLimit overLimitSample
+	// globalShadow counts requests over a limit that --shadow-mode answered
+	// OK (upstream's global_shadow_mode).
+	globalShadow atomic.Uint64
+	// up is set by CountUpstream (upstream.go), before any Bind; nil while
+	// upstream's series are off.
+	up *upstreamCounting
 
 	// bound maps each bound *descriptors.Set to its *boundRules. The hot path
 	// reads it without a lock; entries change only under mu.

@@ -31,7 +31,7 @@ descriptors:
 	}
 	sts := []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: descriptors.OK}}
 	for _, d := range descs {
-		m.count(set, "api", d, sts, 0)
+		m.count(set, "api", d, sts, 0, 0)
 	}
 	// The fixture must hit the per-value series, not _other_ or nothing.
 	if got := matching(series(b, m), "sharelimit_decisions_detailed_total", `key="api.api_key_key-`); len(got) != keys || sum(got) != keys {
@@ -43,7 +43,7 @@ descriptors:
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(worker.Add(1)) * 17
 		for pb.Next() {
-			m.count(set, "api", descs[i%keys], sts, 0)
+			m.count(set, "api", descs[i%keys], sts, 0, 0)
 			i++
 		}
 	})

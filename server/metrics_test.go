@@ -120,12 +120,12 @@ func desc(key, value string) []*commonv3.RateLimitDescriptor {
 
 // countRule counts one decision of r, as the service would after Decide.
 func countRule(m *Metrics, set *descriptors.Set, r *descriptors.Rule, value string, code rlsv3.RateLimitResponse_Code, shadowed bool) {
-	m.count(set, r.Domain(), desc(r.Key(), value), []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: code, Shadowed: shadowed}}, 0)
+	m.count(set, r.Domain(), desc(r.Key(), value), []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: code, Shadowed: shadowed}}, 0, 0)
 }
 
 func countOverride(m *Metrics, set *descriptors.Set, domain string) {
 	lim := new(descriptors.Limit) // counting reads only that there is a limit
-	m.count(set, domain, desc("any", "x"), []descriptors.Status{{Limit: lim, Override: true, Code: descriptors.OK}}, 0)
+	m.count(set, domain, desc("any", "x"), []descriptors.Status{{Limit: lim, Override: true, Code: descriptors.OK}}, 0, 0)
 }
 
 func TestReloadDropsRemovedRuleSeries(t *testing.T) {
@@ -325,7 +325,7 @@ descriptors:
 				m.count(set, "d", append(desc(k.Key(), value), desc(y.Key(), value)...), []descriptors.Status{
 					{Rule: k, Limit: k.Limit(), Code: code},
 					{Rule: y, Limit: y.Limit(), Code: descriptors.OK, Shadowed: code == descriptors.OverLimit},
-				}, 0)
+				}, 0, 0)
 				counts[w]++
 			}
 		}()
@@ -431,7 +431,7 @@ descriptors:
 		if err := e.Decide(&dec, "d", descs, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		m.count(dec.Set, "d", descs, dec.Statuses, 0)
+		m.count(dec.Set, "d", descs, dec.Statuses, 0, 0)
 	}
 	got := matching(series(t, m), "sharelimit_decisions_detailed_total")
 	for _, want := range []string{

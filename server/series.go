@@ -48,11 +48,16 @@ type ruleSeries struct {
 	ok, over, shadow prometheus.Counter
 	// admitted is the rule's slots (admitted.go); nil until it decides.
 	admitted atomic.Pointer[admittedRing]
+	// up is the rule's hits in upstream's terms (upstream.go); nil while
+	// upstream's series are off, and for overrides, which upstream counts
+	// under a key per request.
+	up *upstreamCounts
 
 	// Guarded by Metrics.mu.
 	refs         int             // bound sets that have the rule
 	detailedRefs int             // of those, the sets in which it is detailed
 	detailed     *detailedValues // nil while detailedRefs is 0
+	unlimited    bool            // the rule's limit, as last bound, is unlimited: upstream counts it nowhere
 }
 
 // boundRules is one bound set's way to its series, by Rule.ID. It does not
@@ -103,6 +108,7 @@ func (m *Metrics) Bind(set *descriptors.Set) {
 			m.rules[key] = s
 		}
 		s.refs++
+		s.unlimited = r.Limit().Unlimited()
 		b.rules[i].series = s
 		b.rules[i].limit = currentLimit(r.Limit())
 		b.rules[i].metadata = ruleMetadata(r)
@@ -170,13 +176,17 @@ func (m *Metrics) Unbind(set *descriptors.Set) {
 }
 
 func (m *Metrics) newSeries(domain, rule string) *ruleSeries {
-	return &ruleSeries{
+	s := &ruleSeries{
 		domain: domain,
 		rule:   rule,
 		ok:     m.decisions.WithLabelValues(domain, rule, codeName(0)),
 		over:   m.decisions.WithLabelValues(domain, rule, codeName(1)),
 		shadow: m.shadow.WithLabelValues(domain, rule),
 	}
+	if m.up != nil && rule != overrideRule {
+		s.up = new(upstreamCounts)
+	}
+	return s
 }
 
 func (m *Metrics) deleteSeries(s *ruleSeries) {
@@ -185,8 +195,9 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 	m.shadow.DeleteLabelValues(s.domain, s.rule)
 }
 
-// count records the decisions of one request decided with set, in the
-// series and, as decided in slot n of the daemon's clock, in the rules' slots.
+// count records the decisions of one request decided with set, whose
+// hits_addend is hits, in the series and, as decided in slot n of the
+// daemon's clock, in the rules' slots.
 //
 // A reload binds the new set, installs it, then unbinds the old one, while
 // requests decided with the old set may still be on their way here. So:
@@ -205,7 +216,7 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 //
 // It returns the binding it counted with, nil when set is no longer bound, so
 // the response can use the binding's current_limit messages.
-func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, n int64) *boundRules {
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, hits uint32, n int64) *boundRules {
 	var b *boundRules
 	if v, ok := m.bound.Load(set); ok {
 		b = v.(*boundRules)
@@ -239,9 +250,20 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 		if st.Shadowed {
 			br.series.shadow.Inc()
 		}
+		var e *detailedEntry
 		if br.detailed != nil {
 			var buf [256]byte
-			br.detailed.inc(st.Rule.AppendMetricKey(buf[:0], d.GetEntries()), code)
+			e = br.detailed.inc(st.Rule.AppendMetricKey(buf[:0], d.GetEntries()), code)
+		}
+		if up := br.series.up; up != nil && !st.Override && !st.Limit.Unlimited() {
+			// A detailed rule's hits count under the request's key only,
+			// as upstream's do; none when the key went uncounted.
+			switch {
+			case e != nil:
+				m.up.count(&e.upstreamHits, st, hitsOf(d, hits))
+			case br.detailed == nil:
+				m.up.count(&up.upstreamHits, st, hitsOf(d, hits))
+			}
 		}
 	}
 	return b

@@ -110,8 +110,11 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 		}
 		return nil, 0, status.Error(codes.Internal, err.Error())
 	}
-	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts, s.slot(now))
+	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts, req.GetHitsAddend(), s.slot(now))
 	if s.opts.ShadowMode {
+		if overall == descriptors.OverLimit {
+			s.metrics.globalShadow.Add(1)
+		}
 		overall = descriptors.OK
 	}
 	resp = s.response(overall, sts, bound)
