@@ -162,13 +162,6 @@ type Config struct {
 	LogFormat string
 	LogLevel  string
 
-	// Notices are what Parse found worth telling the operator at start-up,
-	// about upstream's variables: which it applied, which it ignored and why.
-	// They name variables, never their values. The caller logs them once the
-	// logger exists.
-	Notices []Notice
-}
-
 	// UpstreamBy lists what put the daemon in upstream's mode, empty for none: the
 	// binary run as upstream's command (/bin/ratelimit), and the variables
 	// set that only upstream reads (RUNTIME_ROOT, CONFIG_TYPE, REDIS_*, ...;
@@ -177,6 +170,13 @@ type Config struct {
 	// static --replicas 1 is a fault: each replica enforces every limit whole,
 	// where upstream's replicas shared one count in Redis.
 	UpstreamBy []string
+
+	// Notices are what Parse found worth telling the operator at start-up,
+	// about upstream's variables: which it applied, which it ignored and why.
+	// They name variables, never their values. The caller logs them once the
+	// logger exists.
+	Notices []Notice
+}
 
 // The values of GRPCTransport.
 const (
@@ -283,6 +283,10 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate for gRPC TLS (with --grpc-tls-key)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", "", "PEM private key for gRPC TLS")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "a second admin listener (pprof, /rlconfig, ...), as upstream's debug port; empty = none")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "a listener that serves only metrics, at --metrics-path: upstream's ratelimit_service_* series and every sharelimit_* series (upstream's USE_PROMETHEUS); it may be beyond loopback without --allow-remote; empty = none")
+	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "the path of --metrics-addr's metrics")
+	fs.BoolVar(&c.MetricsMilliseconds, "metrics-response-time-ms", false, "report upstream's ratelimit_service_response_time_seconds in milliseconds, as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+	fs.Float64Var(&c.NearLimitRatio, "near-limit-ratio", 0.8, "upstream's NEAR_LIMIT_RATIO: an admitted hit that leaves less than (1 - this) of its bucket counts in ratelimit_service_rate_limit_near_limit")
 	fs.StringVar(&c.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA bundle: require and verify client certificates (mTLS)")
 	fs.StringVar(&c.GRPCTLSClientSAN, "grpc-tls-client-san", "", "require this subject alternative name in the client certificate (with --grpc-tls-client-ca)")
 	c.ConfigType = ConfigFile
@@ -290,10 +294,6 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.ConfigDir, "config-dir", "/etc/sharelimit/config", "directory of descriptor YAML files (*.yaml, *.yml; dotfiles ignored), watched for changes")
 	fs.BoolVar(&c.ConfigAllFiles, "config-all-files", false, "read every file under --config-dir, in subdirectories too, whatever its name (dotfiles skipped), as upstream does; on when the directory comes from RUNTIME_*")
 	fs.Var(seconds{&c.ReloadDebounce}, "reload-debounce", "wait this long after the last change in --config-dir before reloading")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "a listener that serves only metrics, at --metrics-path: upstream's ratelimit_service_* series and every sharelimit_* series (upstream's USE_PROMETHEUS); it may be beyond loopback without --allow-remote; empty = none")
-	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "the path of --metrics-addr's metrics")
-	fs.BoolVar(&c.MetricsMilliseconds, "metrics-response-time-ms", false, "report upstream's ratelimit_service_response_time_seconds in milliseconds, as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
-	fs.Float64Var(&c.NearLimitRatio, "near-limit-ratio", 0.8, "upstream's NEAR_LIMIT_RATIO: an admitted hit that leaves less than (1 - this) of its bucket counts in ratelimit_service_rate_limit_near_limit")
 	fs.BoolVar(&c.MergeDomainConfig, "merge-domain-config", false, "merge files that define the same domain instead of refusing them")
 	fs.BoolVar(&c.ForceStart, "force-start-without-initial-config", false, "serve with no rules when the first config cannot be loaded (a bad first config, or the xDS server unreachable)")
 	fs.BoolVar(&c.HealthyWithConfig, "healthy-with-at-least-one-config-loaded", false, "report NOT_SERVING until a config with at least one domain is loaded")
@@ -389,6 +389,17 @@ func Parse(name string, args []string, getenv func(string) string, out io.Writer
 // of upstream's families that getenv cannot list (UpstreamVariables' names
 // ending in "*").
 func ParseEnviron(name string, args, environ []string, out io.Writer) (*Config, error) {
+	return parseEnviron(name, args, environ, false, out)
+}
+
+// ParseUpstreamCommand is ParseEnviron for the binary run as upstream's
+// command, /bin/ratelimit: upstream's mode whatever the environment holds
+// (see Config.UpstreamBy).
+func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*Config, error) {
+	return parseEnviron(name, args, environ, true, out)
+}
+
+func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
 	vars := make(map[string]string, len(environ))
 	var names []string
 	for _, kv := range environ {
@@ -401,17 +412,6 @@ func ParseEnviron(name string, args, environ []string, out io.Writer) (*Config, 
 			names = append(names, k)
 		}
 	}
-	return parseEnviron(name, args, environ, false, out)
-}
-
-// ParseUpstreamCommand is ParseEnviron for the binary run as upstream's
-// command, /bin/ratelimit: upstream's mode whatever the environment holds
-// (see Config.UpstreamBy).
-func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*Config, error) {
-	return parseEnviron(name, args, environ, true, out)
-}
-
-func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
 	return parse(name, args, func(k string) string { return vars[k] }, names, asCommand, out)
 }
 
