@@ -451,9 +451,18 @@ func freeAddr(t *testing.T) string {
 // unmatched descriptor, an invalid request), and returns its /metrics.
 func scrapeRunningDaemon(t *testing.T) exported {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	admin, _ := scrapeRunningDaemonBoth(t)
+	return admin
+}
+
+// scrapeRunningDaemonBoth is scrapeRunningDaemon that also returns what the
+// metrics listener (--metrics-addr, where examples/kubernetes points
+// Prometheus) serves at /metrics.
+func scrapeRunningDaemonBoth(t *testing.T) (admin, listener exported) {
+	t.Helper()
+	grpcAddr, httpAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	cmd := exec.Command(sharelimitBin, "serve", "--config-dir", filepath.Join(repo, "examples", "config"),
-		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--drain", "0", "--shutdown-timeout", "1s")
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--metrics-addr", metricsAddr, "--drain", "0", "--shutdown-timeout", "1s")
 	var logs testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -520,26 +529,49 @@ func scrapeRunningDaemon(t *testing.T) exported {
 		t.Fatalf("an empty domain: got %v, want InvalidArgument", err)
 	}
 
-	resp, err := client.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	scrape := func(addr string) exported {
+		resp, err := client.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		got, err := parseExposition(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) < 20 || got["sharelimit_decisions_total"] == nil {
+			t.Fatalf("the scrape of %s holds only %v: the check would test nothing", addr, sortedKeys(got))
+		}
+		return got
 	}
-	defer resp.Body.Close()
-	got, err := parseExposition(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) < 20 || got["sharelimit_decisions_total"] == nil {
-		t.Fatalf("the scrape holds only %v: the check would test nothing", sortedKeys(got))
-	}
-	return got
+	return scrape(httpAddr), scrape(metricsAddr)
 }
 
 func TestGrafanaDashboard(t *testing.T) {
 	t.Parallel()
-	got := scrapeRunningDaemon(t)
+	admin, listener := scrapeRunningDaemonBoth(t)
+	// The dashboard works on either scrape: the admin listener's, and the
+	// metrics listener's, which examples/kubernetes gives Prometheus.
+	for _, got := range []exported{admin, listener} {
+		var p problems
+		checkDashboard(&p, readFile(t, "examples/grafana/sharelimit.json"), got)
+		p.report(t)
+	}
+	// An upstream dashboard's queries find upstream's series there too.
 	var p problems
-	checkDashboard(&p, readFile(t, "examples/grafana/sharelimit.json"), got)
+	for _, expr := range []string{
+		`sum by (domain, key1, key2) (rate(ratelimit_service_rate_limit_total_hits{domain="edge"}[5m]))`,
+		`sum by (domain, key1) (rate(ratelimit_service_rate_limit_over_limit[5m])) / sum by (domain, key1) (rate(ratelimit_service_rate_limit_total_hits[5m]))`,
+		`sum(rate(ratelimit_service_rate_limit_within_limit[5m]))`,
+		`sum(rate(ratelimit_service_rate_limit_near_limit[5m]))`,
+		`sum(rate(ratelimit_service_rate_limit_shadow_mode[5m]))`,
+		`sum by (err_type) (rate(ratelimit_service_should_rate_limit_error[5m]))`,
+		`sum by (grpc_method) (rate(ratelimit_service_total_requests[5m]))`,
+		`histogram_quantile(0.99, sum by (le) (rate(ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit"}[5m])))`,
+		`increase(ratelimit_service_config_load_success[1h]) + increase(ratelimit_service_config_load_error[1h])`,
+	} {
+		checkPromQL(&p, "an upstream dashboard", expr, listener)
+	}
 	p.report(t)
 }
 

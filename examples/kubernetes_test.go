@@ -457,6 +457,7 @@ func checkKubernetes(p *problems, files map[string][]byte) {
 		return
 	}
 	checkReadiness(p, swhere, sidecar, ports, ec, cfg.HTTPAddr)
+	checkScrape(p, swhere, ds, sidecar, cfg)
 	if cfg.ConsulService != "" {
 		checkRegistration(p, where, pod, sidecar, env, cfg.ConsulService)
 	}
