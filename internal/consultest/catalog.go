@@ -9,11 +9,20 @@ import "github.com/hashicorp/consul/api"
 // is an external node registered in the catalog.
 func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bool) {
 	a.t.Helper()
+	a.RegisterAt(node, serviceID, serviceName, "", passing)
+}
+
+// RegisterAt is RegisterInstance for an instance with a service address of
+// its own, addr, which Consul's DNS answers with (without one, the node's
+// address, the same for every instance here).
+func (a *Agent) RegisterAt(node, serviceID, serviceName, addr string, passing bool) {
+	a.t.Helper()
 	var err error
 	if node == a.node {
 		err = a.client.Agent().ServiceRegister(&api.AgentServiceRegistration{
-			ID:   serviceID,
-			Name: serviceName,
+			ID:      serviceID,
+			Name:    serviceName,
+			Address: addr,
 			Check: &api.AgentServiceCheck{
 				CheckID: checkID(serviceID),
 				TTL:     "24h",
@@ -24,7 +33,7 @@ func (a *Agent) RegisterInstance(node, serviceID, serviceName string, passing bo
 		_, err = a.client.Catalog().Register(&api.CatalogRegistration{
 			Node:    node,
 			Address: "127.0.0.1",
-			Service: &api.AgentService{ID: serviceID, Service: serviceName},
+			Service: &api.AgentService{ID: serviceID, Service: serviceName, Address: addr},
 			Check:   catalogCheck(node, serviceID, passing),
 		}, nil)
 	}

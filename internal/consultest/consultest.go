@@ -35,10 +35,15 @@ type Option func(*options)
 type options struct {
 	node string
 	args []string
+	dns  bool
 }
 
 // WithNode names the agent's own node; the default is unique per agent.
 func WithNode(name string) Option { return func(o *options) { o.node = name } }
+
+// WithDNS turns on the agent's DNS interface, on a free loopback port that
+// DNSAddr names, answering over UDP and TCP.
+func WithDNS() Option { return func(o *options) { o.dns = true } }
 
 // WithArgs appends arguments to the agent's command line, for example
 // "-hcl", `acl { enabled = true }`.
@@ -56,7 +61,7 @@ type Agent struct {
 	base   string // holds one data directory per agent process
 	node   string
 	args   []string
-	ports  [3]int // http, serf LAN, server RPC
+	ports  []int // http, serf LAN, server RPC, and DNS with WithDNS
 	client *api.Client
 
 	mu   sync.Mutex
@@ -79,13 +84,17 @@ func Start(t testing.TB, opts ...Option) *Agent {
 		t.Fatalf("consultest: a real Consul agent is required and none could be had: %v", err)
 	}
 	a := &Agent{t: t, bin: bin, base: t.TempDir(), node: o.node, args: o.args}
+	nports := 3
+	if o.dns {
+		nports = 4
+	}
 	// Registered after TempDir, so it runs first: the agent dies before its
 	// data directory is removed.
 	t.Cleanup(a.cleanup)
 
 	var errs []error
 	for range startTries {
-		a.ports, err = freePorts()
+		a.ports, err = freePorts(nports)
 		if err == nil {
 			err = a.start()
 		}
@@ -116,6 +125,15 @@ func Start(t testing.TB, opts ...Option) *Agent {
 // Addr is the agent's HTTP address as host:port, the form CONSUL_HTTP_ADDR
 // takes. It stays the same across Stop and Restart.
 func (a *Agent) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[0])) }
+
+// DNSAddr is the agent's DNS address as host:port; "" without WithDNS. It
+// stays the same across Stop and Restart.
+func (a *Agent) DNSAddr() string {
+	if len(a.ports) < 4 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[3]))
+}
 
 // NodeName is the agent's own node name, as /v1/agent/self reports it.
 func (a *Agent) NodeName() string { return a.node }

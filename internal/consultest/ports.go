@@ -7,11 +7,11 @@ import (
 	"sync"
 )
 
-// freePorts finds three loopback ports free for both TCP and UDP (serf uses
-// both), none handed out before by this process. Another process can still
-// take one before the agent binds it; Start retries then.
-func freePorts() ([3]int, error) {
-	var ports [3]int
+// freePorts finds n loopback ports free for both TCP and UDP (serf and DNS
+// use both), none handed out before by this process. Another process can
+// still take one before the agent binds it; Start retries then.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
 	var held []io.Closer
 	defer func() {
 		for _, c := range held {

@@ -47,7 +47,7 @@ func (a *Agent) start() error {
 		"-server-port", strconv.Itoa(a.ports[2]),
 		// Unused listeners are disabled; without -grpc-tls-port -1 the agent
 		// silently takes 8503 and parallel agents collide.
-		"-serf-wan-port", "-1", "-dns-port", "-1",
+		"-serf-wan-port", "-1", "-dns-port", a.dnsPort(),
 		"-grpc-port", "-1", "-grpc-tls-port", "-1",
 		"-log-level", "warn",
 	}
@@ -72,6 +72,15 @@ func (a *Agent) start() error {
 	a.proc = p
 	a.mu.Unlock()
 	return nil
+}
+
+// dnsPort is the -dns-port argument: the DNS port with WithDNS, else -1
+// (off).
+func (a *Agent) dnsPort() string {
+	if len(a.ports) < 4 {
+		return "-1"
+	}
+	return strconv.Itoa(a.ports[3])
 }
 
 // waitReady polls until the agent on a.ports is ours and knows a leader.
