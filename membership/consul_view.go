@@ -158,6 +158,11 @@ func (c *Consul) scrub(msg string) string {
 	if c.cfg.Token != "" {
 		msg = strings.ReplaceAll(msg, c.cfg.Token, "[redacted]")
 	}
+	return scrubLen(msg)
+}
+
+// scrubLen bounds msg to maxErrorLen bytes, cut at a rune's start.
+func scrubLen(msg string) string {
 	if len(msg) > maxErrorLen {
 		cut := maxErrorLen
 		for cut > 0 && !utf8.RuneStart(msg[cut]) {

@@ -53,8 +53,8 @@ func watch(t *testing.T, cfg ConsulConfig, client *api.Client) *Consul {
 }
 
 // run runs c until the test ends, as watch does, for a test that adjusts c
-// between NewConsul and Run.
-func run(t *testing.T, c *Consul) {
+// between NewConsul and Run; or any other source.
+func run(t *testing.T, c interface{ Run(context.Context) error }) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -72,9 +72,9 @@ func run(t *testing.T, c *Consul) {
 	})
 }
 
-// waitView polls View until cond holds, for up to 10 s, and returns the view
-// that satisfied it.
-func waitView(t *testing.T, c *Consul, cond func(View) bool, format string, args ...any) View {
+// waitView polls View (of a source or a Damper) until cond holds, for up to
+// 30 s, and returns the view that satisfied it.
+func waitView(t *testing.T, c interface{ View() View }, cond func(View) bool, format string, args ...any) View {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // generous: the machine is shared, and CI runs every package at once
 	for {

@@ -6,14 +6,16 @@
 // path: this package keeps it current in the background and publishes it as a
 // View that the engine reads without a lock or a network call.
 //
-// Two sources exist. Static is the embedded default: a fixed replica count
+// Three sources exist. Static is the embedded default: a fixed replica count
 // (--replicas), so the daemon runs with no Consul at all. Consul watches the
 // service's passing instances in Consul's health catalog with blocking queries
 // and republishes the view whenever the catalog changes. Where instances
 // carry Consul service weights, the share is weight-proportional. The watch
 // asks for the agent's cache, so one agent serves many watches from one
 // subscription to the servers, and falls back to plain queries where the
-// agent cannot.
+// agent cannot. DNS counts the addresses a name resolves to (a Kubernetes
+// headless Service, Consul's DNS, a compose service), resolving it again
+// every interval.
 //
 // A Damper sits between a source and the engine: a view that shrinks the
 // share applies at once, one that grows it only once it has held, so a
@@ -30,10 +32,13 @@ import (
 // View is one observation of the replica set. Views are values: a published
 // View is never modified, so it may be kept and compared freely.
 type View struct {
-	Source string // "static" or "consul"
+	Source string // "static", "consul" or "dns"
 	// Node is the Consul node whose instances count as local; "" for a static
 	// view and until the node name is known.
-	Node  string
+	Node string
+	// Name is the DNS name whose addresses are counted (--peers-dns); ""
+	// for the other sources.
+	Name  string
 	Total int // passing instances of the service, cluster-wide
 	Local int // passing instances on this node
 	// TotalWeight and LocalWeight are the summed Consul service weights
@@ -68,8 +73,8 @@ const (
 	FaultACLFiltered = "acl_filtered"
 	// FaultForbidden: Consul refused the query (403); the last view stands.
 	FaultForbidden = "forbidden"
-	// FaultNonePassing: the answer listed no passing instance; the last
-	// view stands.
+	// FaultNonePassing: the answer listed no passing instance, or (DNS)
+	// no address; the last view stands.
 	FaultNonePassing = "none_passing"
 	// FaultSuspect: a replica that just started got an answer listing fewer
 	// instances than its view expects (--replicas, or a saved view); the

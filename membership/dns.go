@@ -1,0 +1,331 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero fields of DNSConfig.
+const (
+	// DefaultDNSInterval is how often the name is resolved again
+	// (--peers-dns-interval): a scale-up reaches every replica's share
+	// within about this long, and a thousand replicas cost the DNS server
+	// 200 lookups a second.
+	DefaultDNSInterval = 5 * time.Second
+	// DefaultDNSTimeout bounds one resolution, A and AAAA together, so a
+	// server that never answers cannot wedge the loop.
+	DefaultDNSTimeout = 5 * time.Second
+	// DefaultDNSBackoffBase and DefaultDNSBackoffMax shape the wait after a
+	// failed resolution: half fixed, half random, over an exponential
+	// ceiling (1 s, 2 s, 4 s, ..., 30 s), reset by the next answer.
+	DefaultDNSBackoffBase = time.Second
+	DefaultDNSBackoffMax  = 30 * time.Second
+)
+
+// ErrDNSRunning is returned by a second call of DNS.Run.
+var ErrDNSRunning = errors.New("run dns membership: already running")
+
+// ErrNoRecords marks an answer with no A or AAAA record: NXDOMAIN, or a name
+// that exists with no address. Consul's DNS answers so when no instance of
+// the service passes, Kubernetes when no pod of a headless Service is ready,
+// and every server when the name is mistyped. The last view stands.
+var ErrNoRecords = errors.New("no A or AAAA record")
+
+// DNSConfig configures a DNS source. The zero value of every field but Name
+// is usable.
+type DNSConfig struct {
+	// Name is resolved for its A and AAAA records (--peers-dns). The
+	// system resolver applies its search list to a name with fewer dots
+	// than its ndots (Kubernetes sets 5); a name ending in "." skips it.
+	Name string
+	// Server, host:port, is asked over TCP instead of the system resolver
+	// (--peers-dns-server). TCP, because a DNS server may cut a UDP answer
+	// short without saying so: Consul's answers at most 3 records over UDP
+	// to a client that sends no EDNS0 (dns_config.udp_answer_limit), and
+	// as many as fit in the client's EDNS0 size to one that does, with the
+	// truncated bit unset unless dns_config.enable_truncate is on. Over TCP
+	// it answers up to 4096 records.
+	Server string
+	// Interval is the wait between two resolutions that answered
+	// (--peers-dns-interval). Default DefaultDNSInterval.
+	Interval time.Duration
+	// Timeout bounds one resolution. Default DefaultDNSTimeout.
+	Timeout time.Duration
+	// Replicas is the count that stands until the first answer
+	// (--replicas); below 1 means 1.
+	Replicas int
+	// BackoffBase and BackoffMax shape the wait after the n-th failure in a
+	// row: a random duration in [c/2, c), c = min(BackoffMax,
+	// BackoffBase·2^(n-1)). Defaults DefaultDNSBackoffBase and
+	// DefaultDNSBackoffMax.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// Logger receives count changes at info, the start of a fault at warn,
+	// and every resolution at debug. The caller tags it. nil discards.
+	Logger *slog.Logger
+	// OnUpdate, if set, receives every published View, from Run's
+	// goroutine: after every resolution, answered or failed. It must
+	// return quickly.
+	OnUpdate func(View)
+	// Clock stamps ObservedAt. nil means time.Now. The waits between
+	// resolutions use real timers.
+	Clock func() time.Time
+}
+
+// DNS is a membership source that counts the addresses a DNS name resolves
+// to: the A and AAAA records of a Kubernetes headless Service (one per ready
+// pod), of Consul's <service>.service.consul (one per instance not failing
+// its checks), or of a compose service (one per container). It needs no
+// Consul client, no Kubernetes API access and no RBAC.
+//
+// Each distinct address is one replica: Total is their count, Local is 1,
+// and the weight is 1/Total. Replicas that share an address (two on one
+// host, told apart only by port) count once, and would each take the share
+// of one: give each replica its own address.
+//
+// Whether this replica's own address is among them is not checked, because
+// it cannot be known reliably: the address a replica is listed under is
+// whatever its Service, registration or network gave it (a Consul service
+// address, a NATed or overlay address), not necessarily one of its own
+// interfaces. Every replica assumes it is listed. So a replica not yet
+// listed (a Kubernetes pod before it is ready, unless its Service sets
+// publishNotReadyAddresses) takes 1/Total, a share its peers do not leave
+// it: if it serves then, the cluster may admit up to (Total+1)/Total of
+// each limit. A replica is safe to serve once it is listed and every peer
+// has resolved the name since (one Interval, plus the record's TTL in any
+// cache between).
+//
+// The source follows the rules of the others. It resolves in the
+// background, never on the request path. Until the first answer, the
+// --replicas view stands. An error, or an answer with no address, is a
+// fault: the last view stands (never a count of 0), with LastError,
+// Errors and Fault set and a warning when the fault begins, and the next
+// try backs off. A Damper in front of it applies a count that grows (a
+// share that shrinks) at once, and holds one that falls.
+//
+// View is safe for concurrent use and never blocks. Run must be called
+// once, by the owner of the source. DNS has no useful zero value; use
+// NewDNS.
+type DNS struct {
+	cfg     DNSConfig
+	log     *slog.Logger
+	now     func() time.Time
+	view    atomic.Pointer[View]
+	running atomic.Bool
+
+	// lookup resolves a name to its addresses. Tests swap it, before
+	// Run, for a resolver giving what no real server can.
+	lookup func(ctx context.Context, name string) ([]netip.Addr, error)
+	// wait sleeps d or until ctx is done, reporting whether the full wait
+	// elapsed; random is uniform in [0, 1). Tests swap them, before Run,
+	// to run the loop without sleeping.
+	wait   func(ctx context.Context, d time.Duration) bool
+	random func() float64
+
+	// Only Run's goroutine touches these.
+	answered bool
+	failures int // in a row, since the last answer
+}
+
+// NewDNS returns a DNS source. It starts with the Replicas view and
+// resolves nothing until Run.
+func NewDNS(cfg DNSConfig) (*DNS, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, fmt.Errorf("new dns membership source: %w", err)
+	}
+	s := &DNS{cfg: cfg, log: cfg.Logger, now: cfg.Clock, wait: sleep, random: rand.Float64}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.lookup = resolver(cfg.Server).lookup
+	v := replicasView("dns", cfg.Replicas)
+	v.Name = cfg.Name
+	s.view.Store(&v)
+	return s, nil
+}
+
+// normalize checks cfg and fills in defaults, reporting every problem at once.
+func (cfg *DNSConfig) normalize() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if strings.TrimSuffix(cfg.Name, ".") == "" {
+		bad("dns name is empty")
+	}
+	if cfg.Server != "" {
+		if host, port, err := net.SplitHostPort(cfg.Server); err != nil || host == "" || port == "" {
+			bad("dns server %q is not host:port", cfg.Server)
+		}
+	}
+	if cfg.Interval < 0 || cfg.Timeout < 0 {
+		bad("interval %s or timeout %s is negative", cfg.Interval, cfg.Timeout)
+	}
+	if cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
+		bad("back-off %s..%s is negative", cfg.BackoffBase, cfg.BackoffMax)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultDNSInterval
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultDNSTimeout
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = DefaultDNSBackoffBase
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = max(DefaultDNSBackoffMax, cfg.BackoffBase)
+	}
+	if cfg.BackoffMax < cfg.BackoffBase {
+		return fmt.Errorf("back-off max %s is below its base %s", cfg.BackoffMax, cfg.BackoffBase)
+	}
+	return nil
+}
+
+// resolver resolves through server over TCP, or through the system
+// resolver when server is "".
+type resolver string
+
+func (server resolver) lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	r := net.DefaultResolver
+	if server != "" {
+		// The Go resolver, with every query (to whichever nameserver
+		// resolv.conf lists) sent to server over TCP: a stream answer is
+		// never cut to fit a datagram.
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", string(server))
+		}}
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", name)
+	if de := (*net.DNSError)(nil); server != "" && errors.As(err, &de) {
+		// The error names the nameserver resolv.conf lists, which
+		// was never asked.
+		de.Server = string(server)
+	}
+	return addrs, err
+}
+
+// View returns the current view. It never blocks and is safe for concurrent
+// use.
+func (s *DNS) View() View { return *s.view.Load() }
+
+// Run resolves the name every Interval until ctx is done, then returns
+// nil. Errors never end it: the last view stands while it retries. It
+// returns ErrDNSRunning if called again while, or after, it runs.
+func (s *DNS) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrDNSRunning
+	}
+	if s.cfg.Server == "" && strings.HasSuffix(strings.TrimSuffix(s.cfg.Name, "."), ".consul") {
+		s.log.Warn("dns membership: a .consul name through the system resolver: Consul's DNS answers at most 3 records over UDP to a resolver that sends no EDNS0, and cuts longer answers without setting the truncated bit, so a larger service would be undercounted and every share too large; set --peers-dns-server to Consul's DNS address, which is asked over TCP",
+			"name", s.cfg.Name)
+	}
+	for {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		addrs, err := s.lookup(lctx, s.cfg.Name)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !s.wait(ctx, s.observe(ctx, addrs, err)) {
+			return nil
+		}
+	}
+}
+
+// observe publishes what one resolution gave and returns how long to wait
+// before the next: Interval after an answer, a back-off after a failure.
+func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.Duration {
+	n := countAddrs(addrs)
+	if err == nil && n == 0 {
+		err = ErrNoRecords
+	}
+	if err != nil {
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			err = fmt.Errorf("%w: %w", ErrNoRecords, err)
+		}
+		// Half fixed, so that a run of small random draws cannot turn the
+		// back-off into a busy loop; half random, so that replicas that
+		// failed together do not retry together.
+		d := backoff(s.failures, s.cfg.BackoffBase, s.cfg.BackoffMax, 0.5+s.random()/2)
+		s.failures++
+		s.fail(ctx, err, d)
+		return d
+	}
+	s.failures = 0
+	prev := s.view.Load()
+	// n of n is a possible count (n >= 1), so this is 1/n.
+	w, _ := Weight(1, n)
+	v := &View{Source: "dns", Name: s.cfg.Name, Total: n, Local: 1, TotalWeight: n, LocalWeight: 1, Weight: w,
+		ObservedAt: s.now(), Errors: prev.Errors}
+	first := !s.answered
+	s.answered = true
+	s.publish(v)
+	if prev.LastError != "" {
+		s.log.Info("dns membership: the name resolves again", "name", s.cfg.Name, "errors", v.Errors)
+	}
+	if !first && prev.Total == n {
+		s.log.Debug("dns membership: view confirmed", "name", s.cfg.Name, "total", n)
+	} else {
+		args := []any{"name", s.cfg.Name, "total", n, "weight", w}
+		if !first {
+			args = append(args, "previous_total", prev.Total)
+		}
+		s.log.Info("dns membership: view changed", args...)
+	}
+	return s.cfg.Interval
+}
+
+// fail publishes a failure: the view stands, and only LastError, Errors and
+// Fault change. The fault is logged at warn when it begins.
+func (s *DNS) fail(ctx context.Context, err error, retryIn time.Duration) {
+	prev := s.view.Load()
+	v := *prev
+	v.LastError = scrubLen(err.Error())
+	v.Errors++
+	v.Fault = FaultError
+	if errors.Is(err, ErrNoRecords) {
+		v.Fault = FaultNonePassing
+	}
+	s.publish(&v)
+	level := slog.LevelDebug
+	if v.Fault != prev.Fault {
+		level = slog.LevelWarn
+	}
+	s.log.Log(ctx, level, "dns membership: resolution failed; the last view stands",
+		"name", s.cfg.Name, "error", v.LastError, "fault", v.Fault, "errors", v.Errors, "retry_in", retryIn.Round(time.Millisecond),
+		"total", v.Total, "weight", v.Weight)
+}
+
+func (s *DNS) publish(v *View) {
+	s.view.Store(v)
+	if s.cfg.OnUpdate != nil {
+		s.cfg.OnUpdate(*v)
+	}
+}
+
+// countAddrs is how many distinct addresses addrs holds; an IPv4 address
+// and its IPv4-mapped IPv6 form are one.
+func countAddrs(addrs []netip.Addr) int {
+	seen := make(map[netip.Addr]struct{}, len(addrs))
+	for _, a := range addrs {
+		if a.IsValid() {
+			seen[a.Unmap().WithZone("")] = struct{}{}
+		}
+	}
+	return len(seen)
+}
