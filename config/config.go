@@ -113,6 +113,13 @@ type Config struct {
 	// still counts after it was last seen passing or first seen; 0 counts
 	// only the instances listed passing.
 	MembershipGrace time.Duration
+	// PeersDNS is the DNS name whose A and AAAA records are the replicas,
+	// "" for none; it excludes ConsulService and DomainServices.
+	// PeersDNSServer, host:port, is asked over TCP instead of the system
+	// resolver; PeersDNSInterval is how often the name is resolved again.
+	PeersDNS         string
+	PeersDNSServer   string
+	PeersDNSInterval time.Duration
 
 	// ShareMode is "cluster" (limits divided by membership) or "demand"
 	// (every cluster-shared limit divided by demand, a per-value rule's
@@ -328,6 +335,9 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.Float64Var(&c.DemandMaxWrites, "demand-max-writes", 100, "most demand writes per second per service, all replicas together: the interval stretches to N/this")
 	fs.IntVar(&c.DemandTopKeys, "demand-top-keys", 64, "values of each per-value demand rule shared by demand, hottest first (0-1024; 0: per-value rules keep equal shares); the others keep equal shares")
 	fs.StringVar(&c.Node, "node", "", "this node's name in Consul (default: the local agent's node name)")
+	fs.StringVar(&c.PeersDNS, "peers-dns", "", "DNS name whose A/AAAA records are the replicas (a Kubernetes headless Service, <service>.service.consul, a compose service): the weight is 1/their count; excludes --consul-service")
+	fs.StringVar(&c.PeersDNSServer, "peers-dns-server", "", "DNS server (host:port) asked for --peers-dns over TCP instead of the system resolver, e.g. Consul's DNS, which answers at most 3 records over UDP")
+	fs.Var(seconds{&c.PeersDNSInterval}, "peers-dns-interval", "how often --peers-dns is resolved again")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "global shadow mode: always answer OK overall, still count what would be over limit")
@@ -364,6 +374,8 @@ func Defaults() *Config {
 		// upstream's XDS_CLIENT_BACKOFF_* defaults
 		XDSBackoffInitial: 10 * time.Second,
 		XDSBackoffMax:     time.Minute,
+		// membership.DefaultDNSInterval
+		PeersDNSInterval: 5 * time.Second,
 	}
 	c.FlagSet("defaults") // binds and applies the flag defaults
 	return c

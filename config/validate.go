@@ -143,6 +143,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateServices(bad)
+	c.validatePeersDNS(bad)
 	if !(c.ConsulQueryRate > 0) {
 		bad("consul-query-rate", "must be positive")
 	}
