@@ -281,6 +281,11 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				"service", cfg.ConsulService)
 		}
 	}
+	if cfg.PeersDNS != "" && cfg.Replicas == 1 {
+		// As with Consul: until the name first resolves, --replicas stands.
+		d.log.Warn("membership: --replicas is 1, so until --peers-dns first resolves this replica enforces every limit whole; set --replicas to the replica count you expect",
+			"name", cfg.PeersDNS)
+	}
 	// The default view takes --consul-service's mapped domains too, if any
 	// are mapped to it: they are divided by the same count.
 	def := &view{service: cfg.ConsulService, group: descriptors.DefaultGroup, engine: d.engine, clock: d.clock}
@@ -310,13 +315,25 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				return fmt.Errorf("consul membership of service %s: %w", v.service, err)
 			}
 			v.consul, first = c, c.View()
-			if cfg.MembershipHold > 0 {
-				if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-					Hold: cfg.MembershipHold, OnUpdate: v.publish,
-					Logger: d.log.With("component", "membership", "service", v.service),
-				}); err != nil {
-					return fmt.Errorf("consul membership of service %s: %w", v.service, err)
-				}
+		} else if cfg.PeersDNS != "" {
+			// --peers-dns excludes --consul-service and --domain-service:
+			// this is the default view, and the only one.
+			s, err := membership.NewDNS(membership.DNSConfig{
+				Name: cfg.PeersDNS, Server: cfg.PeersDNSServer, Interval: cfg.PeersDNSInterval, Replicas: cfg.Replicas,
+				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the name itself
+			})
+			if err != nil {
+				return fmt.Errorf("dns membership of %s: %w", cfg.PeersDNS, err)
+			}
+			v.dns, v.name, first = s, cfg.PeersDNS, s.View()
+		}
+		if v.watched() && cfg.MembershipHold > 0 {
+			var err error
+			if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
+				Hold: cfg.MembershipHold, OnUpdate: v.publish,
+				Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
+			}); err != nil {
+				return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)
 			}
 		}
 		if first.Source == "static" && unshared(cfg) {
@@ -393,6 +410,9 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	for _, v := range d.views {
 		if v.consul != nil {
 			g.Go(func() error { return v.consul.Run(gctx) })
+		}
+		if v.dns != nil {
+			g.Go(func() error { return v.dns.Run(gctx) })
 		}
 		if v.damper != nil {
 			g.Go(func() error { return v.damper.Run(gctx) })

@@ -21,7 +21,10 @@ import (
 // daemon starts before its app registers joins then, not at start). A
 // replica that is alone, or that restored its state, does not ramp; a
 // ramp started on the --replicas guess ends if Consul's first answer shows
-// the replica alone or not yet counted. There is one ramp per process.
+// the replica alone or not yet counted. With --peers-dns a replica assumes
+// it is listed, so it joins at the name's first answer listing others, and
+// its ramp ends if that answer lists only one address. There is one ramp
+// per process.
 type joiner struct {
 	store *bucket.Store
 	clock func() int64
@@ -94,11 +97,12 @@ func (j *joiner) alone() bool {
 	return false
 }
 
-// allConfirmed reports whether every Consul view has been confirmed (a
-// static view is as good as confirmed). Called with mu held.
+// allConfirmed reports whether every watched view (Consul or DNS) has
+// been confirmed (a static view is as good as confirmed). Called with mu
+// held.
 func (j *joiner) allConfirmed() bool {
 	for _, v := range j.views {
-		if v.consul != nil && !j.confirmed[v] {
+		if v.watched() && !j.confirmed[v] {
 			return false
 		}
 	}

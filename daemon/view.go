@@ -21,10 +21,12 @@ import (
 // becomes the group's weight. Its series read it at scrape time, so nothing
 // sets them. Safe for concurrent use.
 type view struct {
-	service string   // the Consul service; "" for static membership
+	service string   // the Consul service; "" for static and DNS membership
+	name    string   // the DNS name counted (--peers-dns); "" otherwise
 	domains []string // the domains mapped to it; nil for the default view
 	group   int
-	consul  *membership.Consul // nil: static
+	consul  *membership.Consul // nil: static or DNS
+	dns     *membership.DNS    // nil: static or Consul
 	damper  *membership.Damper // nil: static, or --membership-hold 0
 	cur     atomic.Pointer[membership.View]
 	engine  *descriptors.Engine
@@ -45,11 +47,7 @@ type view struct {
 func (v *view) publish(mv membership.View) {
 	old := v.cur.Swap(&mv)
 	if a := v.marks.Load(); a != nil && old != nil && old.Weight != mv.Weight {
-		name := v.service
-		if name == "" {
-			name = "default view"
-		}
-		a.Mark(server.MarkMembership, fmt.Sprintf("%s: %d replicas, weight %s", name, mv.Total, human.Share(mv.Weight)))
+		a.Mark(server.MarkMembership, fmt.Sprintf("%s: %d replicas, weight %s", v.label(), mv.Total, human.Share(mv.Weight)))
 	}
 	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
 	if j := v.join.Load(); j != nil {
@@ -60,6 +58,30 @@ func (v *view) publish(mv membership.View) {
 		// shrink applies at once here too.
 		v.demand.apply(v.demand.rules(), v.demand.wall())
 	}
+}
+
+// watched reports whether a source watches the view (Consul or DNS), so
+// that it changes and is confirmed; a static view is neither.
+func (v *view) watched() bool { return v.consul != nil || v.dns != nil }
+
+// label names the view in logs and marks: its Consul service, its DNS
+// name, or "default view" for static membership.
+func (v *view) label() string {
+	switch {
+	case v.service != "":
+		return v.service
+	case v.name != "":
+		return v.name
+	}
+	return "default view"
+}
+
+// labelKey is the log attribute label goes under.
+func (v *view) labelKey() string {
+	if v.name != "" {
+		return "name"
+	}
+	return "service"
 }
 
 // observe is the watch's OnUpdate: through the damper when there is one.
@@ -75,7 +97,7 @@ func (v *view) observe(mv membership.View) {
 // holds back, if any.
 func (v *view) admin() server.View {
 	cur := v.cur.Load()
-	out := server.View{Source: cur.Source, Service: v.service, Domains: v.domains, Total: cur.Total, Local: cur.Local,
+	out := server.View{Source: cur.Source, Service: v.service, Name: v.name, Domains: v.domains, Total: cur.Total, Local: cur.Local,
 		TotalWeight: cur.TotalWeight, LocalWeight: cur.LocalWeight, Weight: cur.Weight,
 		ObservedAt: cur.ObservedAt, AgeSeconds: age(*cur), LastError: cur.LastError, Errors: cur.Errors, Fault: cur.Fault}
 	if v.damper != nil {
@@ -89,9 +111,17 @@ func (v *view) admin() server.View {
 	return out
 }
 
-// register adds the view's series, labelled by its service ("" for static).
+// register adds the view's series, labelled by its service ("" for static
+// and DNS membership).
 func (v *view) register(reg prometheus.Registerer) {
 	labels := prometheus.Labels{"service": v.service}
+	source := "static"
+	switch {
+	case v.consul != nil:
+		source = "consul"
+	case v.dns != nil:
+		source = "dns"
+	}
 	gauge := func(name, help string, f func(membership.View) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return f(*v.cur.Load()) })
 	}
@@ -113,6 +143,10 @@ func (v *view) register(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sharelimit_membership_errors_total", ConstLabels: labels,
 			Help: "Membership watch errors since start."}, func() float64 { return float64(v.cur.Load().Errors) }),
 		newFaultCollector(v),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_info",
+			Help:        "1, labelled by the view's source (static, consul or dns) and, with dns, the name counted (--peers-dns).",
+			ConstLabels: prometheus.Labels{"service": v.service, "source": source, "name": v.name}},
+			func() float64 { return 1 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sharelimit_membership_pending_weight", ConstLabels: labels,
 			Help: "The weight a held membership change (--membership-hold) will apply if it holds; 0 when none is held."},
 			func() float64 {

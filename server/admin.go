@@ -23,8 +23,12 @@ import (
 // (--consul-service, or the static count) or one --domain-service service's.
 type View struct {
 	Source string `json:"source"`
-	// Service is the Consul service counted; "" for static membership.
+	// Service is the Consul service counted; "" for static and DNS
+	// membership.
 	Service string `json:"service,omitempty"`
+	// Name is the DNS name whose addresses are counted (--peers-dns); ""
+	// for static and Consul membership.
+	Name string `json:"name,omitempty"`
 	// Domains are the domains this view divides; empty for the default view,
 	// which divides every domain not mapped to another service.
 	Domains     []string  `json:"domains,omitempty"`

@@ -80,6 +80,9 @@ func writeView(w io.Writer, label string, v View) {
 	if v.Service != "" {
 		fmt.Fprintf(w, " service=%s", v.Service)
 	}
+	if v.Name != "" {
+		fmt.Fprintf(w, " name=%s", v.Name)
+	}
 	if len(v.Domains) > 0 {
 		fmt.Fprintf(w, " domains=%s", strings.Join(v.Domains, ","))
 	}
