@@ -37,6 +37,8 @@ const (
 	// queryRate is --consul-query-rate: fast enough that a catalog change
 	// reaches every daemon well within the 2 s the scenarios allow.
 	queryRate = "20"
+	// dnsInterval is --peers-dns-interval, for the same reason.
+	dnsInterval = "250ms"
 	// drain is --drain. Long enough to watch a daemon answer while it drains,
 	// short enough to keep the suite quick.
 	drain = 2 * time.Second
@@ -92,6 +94,11 @@ type cluster struct {
 	// restarts, from the next start on.
 	state    bool
 	stateDir string
+	// peersDNS, when set, is --peers-dns for every daemon from the next start
+	// on, resolved through the agent's DNS (consultest.WithDNS) instead of
+	// --consul-service; and each instance registered gets an address of its
+	// own, which the agent's DNS answers with.
+	peersDNS string
 }
 
 // newCluster starts a Consul agent (with opts) and writes the config; no
@@ -155,7 +162,11 @@ func serviceID(i int) string { return fmt.Sprintf("%s-%d", service, i+1) }
 func (c *cluster) register(idx ...int) {
 	c.t.Helper()
 	for _, i := range idx {
-		c.consul.RegisterInstance(nodeName(i), serviceID(i), service, true)
+		addr := ""
+		if c.peersDNS != "" {
+			addr = fmt.Sprintf("192.0.2.%d", i+1)
+		}
+		c.consul.RegisterAt(nodeName(i), serviceID(i), service, addr, true)
 	}
 }
 
@@ -275,21 +286,21 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 		return nil, err
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(sharelimitBin, "serve",
-		"--grpc-addr", grpcAddr,
-		"--http-addr", httpAddr,
-		"--config-dir", c.dir,
-		"--consul-service", service,
-		"--node", node,
+	args := []string{"serve", "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--config-dir", c.dir}
+	if c.peersDNS == "" {
+		args = append(args, "--consul-service", service, "--node", node, "--consul-query-rate", queryRate)
+	} else {
+		args = append(args, "--peers-dns", c.peersDNS, "--peers-dns-server", c.consul.DNSAddr(), "--peers-dns-interval", dnsInterval)
+	}
+	cmd := exec.Command(sharelimitBin, append(args,
 		"--replicas", strconv.Itoa(replicas),
-		"--consul-query-rate", queryRate,
 		"--drain", drain.String(),
 		"--shutdown-timeout", "5s",
 		"--log-format", "json",
 		// The scenarios measure the buckets' arithmetic from a cold start,
 		// initial bursts included; the join ramp scenarios turn it on.
 		"--join-ramp", "0",
-	)
+	)...)
 	if c.state {
 		cmd.Args = append(cmd.Args, "--state-file", filepath.Join(c.stateDir, node+".state"))
 	}
