@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/sharelimit/sharelimit/loadgen"
@@ -46,7 +47,6 @@ func main() {
 // config.Config.UpstreamBy.
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	switch {
 	asUpstream := len(argv) > 0 && isUpstreamCommand(argv[0])
 	var args []string
 	if len(argv) > 1 {
@@ -55,6 +55,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && strings.Contains(args[0], "/") && isUpstreamCommand(args[0]) {
 		asUpstream, args = true, args[1:]
 	}
+	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
 		cmd = "help"
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
@@ -84,11 +85,11 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-const usage = `usage:
 // isUpstreamCommand reports whether name is upstream's command: a path or
 // name whose last element is "ratelimit".
 func isUpstreamCommand(name string) bool { return filepath.Base(name) == "ratelimit" }
 
+const usage = `usage:
   sharelimit [serve] [flags]                 run the daemon (see sharelimit serve -h)
   sharelimit check [--replicas N] [--merge-domain-config] [--config-all-files] PATH...
                                              validate descriptor YAML files or directories (with
@@ -102,7 +103,7 @@ func isUpstreamCommand(name string) bool { return filepath.Base(name) == "rateli
   sharelimit healthcheck [--http-addr ADDR]  exit 0 if the daemon's /healthcheck answers 200 (for
                                              container probes: the image has no shell or curl)
   sharelimit version
-`
 
 Run as /bin/ratelimit, upstream's command (or given it as the first argument),
 it serves in upstream's mode: see the README's migration checklist.
+`
