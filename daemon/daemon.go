@@ -338,7 +338,11 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		}
 		if first.Source == "static" && unshared(cfg) {
 			first.Fault = membership.FaultUnshared
-			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+strings.Join(cfg.UpstreamBy, ", ")+
+			by := cfg.UpstreamBy
+			if len(by) > 3 {
+				by = append(by[:3:3], "...")
+			}
+			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+strings.Join(by, ", ")+
 				"), whose replicas shared one count in Redis, and membership is static at --replicas 1, so N replicas admit up to N times each limit; "+
 				"set "+config.EnvName("peers-dns")+" to a name that resolves to every replica (a Kubernetes headless Service, a compose service), "+
 				"or "+config.EnvName("replicas")+" to the replica count", "fault", membership.FaultUnshared)
@@ -396,6 +400,14 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 			return nil
 		})
 	}
+	if d.metricsSrv != nil {
+		g.Go(func() error {
+			if err := d.metricsSrv.Serve(d.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics server: %w", err)
+			}
+			return nil
+		})
+	}
 	if d.watcher != nil {
 		g.Go(func() error { return d.watcher.Run(gctx) })
 	}
@@ -420,14 +432,6 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		if v.demand != nil {
 			g.Go(func() error { return v.demand.Run(gctx) })
 		}
-	if d.metricsSrv != nil {
-		g.Go(func() error {
-			if err := d.metricsSrv.Serve(d.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("metrics server: %w", err)
-			}
-			return nil
-		})
-	}
 	}
 	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })
 	g.Go(func() error {
