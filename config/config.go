@@ -446,6 +446,7 @@ func parse(name string, args []string, getenv func(string) string, names []strin
 	if err != nil {
 		return nil, err
 	}
+	c.LogFormat = strings.ToLower(c.LogFormat) // text or json in any case, as LOG_FORMAT
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if n, ok := upstreamDefaultDir(c, given["config-dir"], isDir); ok {

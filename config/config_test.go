@@ -91,7 +91,7 @@ func TestValidate(t *testing.T) {
 		{"debug addr loopback", []string{"--debug-addr", "0.0.0.0:6070"}, "--debug-addr: 0.0.0.0 is not a loopback"},
 		{"debug addr form", []string{"--debug-addr", "6070"}, "--debug-addr: want host:port"},
 		{"debug addr unix", []string{"--debug-addr", "unix:/x"}, "--debug-addr: want host:port"},
-		{"debug addr clash", []string{"--debug-addr", "127.0.0.1:8080"}, "--debug-addr: 127.0.0.1:8080 is also --http-addr"},
+		{"debug addr clash", []string{"--debug-addr", "127.0.0.1:8080"}, "--debug-addr: 127.0.0.1:8080 and --http-addr 127.0.0.1:8080 both listen on port 8080"},
 		{"client san needs ca", []string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 	}
 	for _, tc := range cases {

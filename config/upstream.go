@@ -48,6 +48,7 @@ type upstreamEnv struct {
 // or SHARELIMIT_* variable has set, and returns what it did as notices.
 // names, when not nil, lists every variable set, so families can be named.
 func applyUpstream(fs *flag.FlagSet, c *Config, getenv func(string) string, names []string, asCommand bool) ([]Notice, error) {
+	getenv = withoutServiceLinks(getenv) // see servicelinks.go
 	u := &upstreamEnv{fs: fs, c: c, getenv: getenv, given: map[string]bool{}, rows: map[string]*upstreamVar{}, status: map[string]outcome{}, reported: map[string]bool{}}
 	fs.Visit(func(f *flag.Flag) { u.given[f.Name] = true })
 	for i := range upstreamTable {

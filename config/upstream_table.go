@@ -171,10 +171,12 @@ var (
 		return "", fmt.Errorf("want trace, debug, info, warn, error, fatal or panic, got %q", v)
 	}
 	convLogFormat = func(v string) (string, error) {
-		if f := strings.ToLower(v); f == "text" || f == "json" {
-			return f, nil
+		// Upstream logs JSON for "json" in any case and text for any other
+		// value, and refuses none.
+		if strings.EqualFold(strings.TrimSpace(v), "json") {
+			return "json", nil
 		}
-		return "", fmt.Errorf("want text or json, got %q", v)
+		return "text", nil
 	}
 	convRandomFactor = func(v string) (string, error) {
 		f, err := strconv.ParseFloat(v, 64)
@@ -235,7 +237,7 @@ func buildUpstreamTable() []upstreamVar {
 		gated(gateGRPCTLS, mapped("GRPC_CLIENT_TLS_SAN", "grpc-tls-client-san", "with GRPC_SERVER_USE_TLS=true and GRPC_CLIENT_TLS_CACERT: the client certificate must name it", convText)),
 
 		mapped("LOG_LEVEL", "log-level", "logrus's names, any case: trace and debug are debug, warning is warn, fatal and panic are error; unset, the level stays info (upstream's default is warn)", convLogLevel),
-		mapped("LOG_FORMAT", "log-format", "text or json, any case", convLogFormat),
+		mapped("LOG_FORMAT", "log-format", "json in any case is json; any other value is text, as upstream", convLogFormat),
 
 		// Where the rules come from. CONFIG_TYPE comes first: it decides
 		// which of the rows after it apply.

@@ -37,7 +37,8 @@ func (c *Config) Validate() error {
 	if c.MetricsAddr != "" {
 		listeners = append(listeners, struct{ flag, addr string }{"metrics-addr", c.MetricsAddr})
 	}
-	bound := map[string]string{} // address -> the flag that listens there
+	type bind struct{ flag, host, port string }
+	var bound []bind
 	for _, l := range listeners {
 		if strings.HasPrefix(l.addr, "unix:") {
 			if l.flag != "grpc-addr" {
@@ -61,10 +62,15 @@ func (c *Config) Validate() error {
 			bad(l.flag, "%s is not a loopback address; sharelimit runs beside Envoy on loopback (pass --allow-remote to listen elsewhere)", host)
 		}
 		// Port 0 picks a free port each time, so only a fixed port can clash.
-		if other, ok := bound[l.addr]; ok && port != "0" {
-			bad(l.flag, "%s is also --%s", l.addr, other)
+		// Two listeners clash on one port when either takes every address
+		// (0.0.0.0, ::, or no host) or both name the same host, localhost
+		// being 127.0.0.1.
+		for _, b := range bound {
+			if port != "0" && port == b.port && (anyHost(host) || anyHost(b.host) || sameHost(host, b.host)) {
+				bad(l.flag, "%s and --%s %s both listen on port %s", l.addr, b.flag, net.JoinHostPort(b.host, b.port), port)
+			}
 		}
-		bound[l.addr] = l.flag
+		bound = append(bound, bind{l.flag, host, port})
 	}
 	if c.MetricsAddr != "" && !strings.HasPrefix(c.MetricsPath, "/") {
 		bad("metrics-path", "want a path starting with /, got %q", c.MetricsPath)
@@ -301,4 +307,25 @@ func validHeader(s string) bool {
 		}
 	}
 	return true
+}
+
+// anyHost reports whether a listener on host takes every address.
+func anyHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}
+
+// sameHost reports whether two listener hosts are one, localhost being
+// 127.0.0.1.
+func sameHost(a, b string) bool {
+	norm := func(h string) string {
+		if strings.EqualFold(h, "localhost") {
+			return "127.0.0.1"
+		}
+		if ip := net.ParseIP(h); ip != nil {
+			return ip.String()
+		}
+		return strings.ToLower(h)
+	}
+	return norm(a) == norm(b)
 }

@@ -82,6 +82,9 @@ type Daemon struct {
 func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, clock: monotime.New(), started: time.Now()}
 	for _, l := range []struct{ name, addr string }{{"grpc", cfg.GRPCAddr}, {"http", cfg.HTTPAddr}, {"debug", cfg.DebugAddr}} {
+		if strings.HasPrefix(l.addr, "unix:") {
+			continue // a socket file: reached through the filesystem, not the network
+		}
 		if host, _, err := net.SplitHostPort(l.addr); err == nil && !config.IsLoopback(host) {
 			log.Warn("listening on a non-loopback address: anything that can reach it can spend this node's limits", "listener", l.name, "addr", l.addr)
 		}
@@ -171,7 +174,11 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	d.setReady(d.readyWith(d.engine.Set()) && !d.waitsForXDS())
 	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)); d.markReload(rules) })
 	d.markMembership()
-	d.http = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	admin := d.admin.Handler()
+	if host, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && !config.IsLoopback(host) {
+		admin = d.admin.BeyondLoopback() // as upstream's 8080: /healthcheck and /json
+	}
+	d.http = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
 	if d.debugLis != nil {
 		d.debug = &http.Server{Handler: d.admin.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}

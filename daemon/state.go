@@ -44,6 +44,11 @@ type keeper struct {
 	lastBuckets prometheus.Gauge
 	restored    prometheus.Gauge
 	restoreTime prometheus.Gauge
+
+	// lastErr is the last write's error, "" after a success: a failure
+	// logs at ERROR when its cause changes, not on every checkpoint, since
+	// a read-only directory fails every --state-interval the same way.
+	lastErr string
 }
 
 func newKeeper(d *Daemon, reg prometheus.Registerer) *keeper {
@@ -72,6 +77,7 @@ func newKeeper(d *Daemon, reg prometheus.Registerer) *keeper {
 // daemon starts as it would without --state-file.
 func (k *keeper) load(now time.Time) *state.Snapshot {
 	k.removeTemps()
+	k.probe()
 	s, err := state.ReadFile(k.path, state.MaxSize(k.d.engine.Store().Max()))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -181,8 +187,18 @@ func (k *keeper) write(why string) (uint64, error) {
 	took := time.Since(start)
 	if err != nil {
 		k.writeErrors.Inc()
-		k.d.log.Error("state file not written", "path", k.path, "why", why, "err", err)
+		if msg := causeOf(err); msg != k.lastErr {
+			k.lastErr = msg
+			k.d.log.Error("state file not written; until it is, a restart starts with full buckets (logged again when the cause changes; sharelimit_state_write_errors_total counts every failure)",
+				"path", k.path, "why", why, "err", err)
+		} else {
+			k.d.log.Debug("state file not written", "path", k.path, "why", why, "err", err)
+		}
 		return 0, err
+	}
+	if k.lastErr != "" {
+		k.lastErr = ""
+		k.d.log.Info("state file written again", "path", k.path)
 	}
 	k.writes.Inc()
 	k.lastWrite.Set(took.Seconds())
@@ -265,4 +281,30 @@ func (k *keeper) removeTemps() {
 			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// causeOf is what makes two write errors the same failure: a path error's
+// operation and errno, not its path, which names a fresh temporary file each
+// time.
+func causeOf(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// probe checks at start that the state file's directory takes a file, and
+// warns once if not: a read-only root filesystem, or a directory another
+// user owns, would otherwise surface only at the first checkpoint.
+func (k *keeper) probe() {
+	dir := filepath.Dir(k.path)
+	f, err := os.CreateTemp(dir, ".sharelimit-probe-*")
+	if err == nil {
+		f.Close()
+		os.Remove(f.Name())
+		return
+	}
+	k.d.log.Warn("state file cannot be written: a restart will start with full buckets; mount a writable volume at "+dir+
+		" (an emptyDir in Kubernetes), or set SHARELIMIT_STATE_FILE= to turn saving off", "path", k.path, "err", err)
 }

@@ -172,7 +172,7 @@ type faultCollector struct {
 
 func newFaultCollector(v *view) faultCollector {
 	return faultCollector{v: v, desc: prometheus.NewDesc("sharelimit_membership_fault",
-		"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, suspect (a first answer short of the saved view), absent (this node has no counted instance), error.",
+		"1 while a fault keeps the membership view from being the cluster's, by cause: acl_filtered, forbidden, none_passing, suspect (a first answer short of the saved view), absent (this node has no counted instance), error, unshared (upstream's deployment at a static --replicas 1: each replica enforces every limit whole).",
 		[]string{"cause"}, prometheus.Labels{"service": v.service})}
 }
 

@@ -103,7 +103,7 @@ func TestMigration(t *testing.T) {
 	}
 	for _, sc := range []scenario{
 		{name: "compose", command: []string{"/bin/ratelimit"}, env: upstreamCompose, fault: true},
-		{name: "compose+replicas", command: []string{"/bin/ratelimit"}, env: append(slices.Clone(upstreamCompose), "SHARELIMIT_REPLICAS=3")},
+		{name: "compose+replicas", command: []string{"ratelimit"}, env: append(slices.Clone(upstreamCompose), "SHARELIMIT_REPLICAS=3")},
 		{name: "compose+peers-dns", command: []string{"/bin/ratelimit"}, env: append(slices.Clone(upstreamCompose), "SHARELIMIT_PEERS_DNS=localhost")},
 		{name: "kubernetes", command: []string{"/bin/ratelimit"}, entrypoint: true, env: upstreamKubernetes, configMap: true, fault: true},
 		{name: "kubernetes+peers-dns", command: []string{"/bin/ratelimit"}, entrypoint: true, env: append(slices.Clone(upstreamKubernetes), "SHARELIMIT_PEERS_DNS=localhost"), configMap: true},
@@ -156,6 +156,14 @@ func TestMigration(t *testing.T) {
 			}
 			if sc.fault != strings.Contains(body, "fault=unshared") {
 				t.Errorf("/rlconfig on %s: the unshared fault shown=%v, want %v:\n%s", debugAddr, !sc.fault, sc.fault, body)
+			}
+
+			// Beyond loopback the admin port serves what upstream's 8080
+			// does, /healthcheck and /json, and no other page.
+			for _, page := range []string{"/", "/rlconfig", "/metrics", "/debug/pprof/"} {
+				if code, _, err := httpGet("http://" + httpAddr + page); err != nil || code != 404 {
+					t.Errorf("%s on the admin port beyond loopback: %d %v, want 404", page, code, err)
+				}
 			}
 
 			// The image's HEALTHCHECK, in the container's environment.

@@ -3,6 +3,7 @@ package server
 import (
 	"html/template"
 	"io"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"sort"
@@ -362,3 +363,30 @@ func (a *Admin) Snapshot() Config {
 // trimFloat formats f with at most prec significant digits, as /rlconfig and
 // the status page both show figures.
 func trimFloat(f float64, prec int) string { return strconv.FormatFloat(f, 'g', prec, 64) }
+
+// BeyondLoopback is the admin handler for a listener that is not on
+// loopback. There it serves, as upstream's admin port does, /healthcheck and
+// /json alone to other hosts; every other page (the status page, /rlconfig,
+// /metrics, pprof) only to loopback clients, such as kubectl port-forward or
+// the image's own healthcheck. Other hosts get 404 with a line saying so.
+func (a *Admin) BeyondLoopback() http.Handler {
+	full := a.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthcheck" || r.URL.Path == "/json" || loopbackClient(r.RemoteAddr) {
+			full.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "404 not found: beyond loopback this listener serves only /healthcheck and /json, as upstream's admin port; "+
+			"reach the other pages from loopback (kubectl port-forward), or scrape metrics from --metrics-addr", http.StatusNotFound)
+	})
+}
+
+// loopbackClient reports whether a request's remote address is loopback.
+func loopbackClient(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

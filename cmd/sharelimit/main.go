@@ -22,7 +22,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 
 	"github.com/sharelimit/sharelimit/loadgen"
@@ -42,9 +41,9 @@ func main() {
 //
 // Upstream's images run /bin/ratelimit, and its compose files and manifests
 // name it as the command. So the binary run under that name (a link or a
-// copy), or given that path as its first argument (compose's command: under
-// an image whose entrypoint is sharelimit), serves in upstream's mode; see
-// config.Config.UpstreamBy.
+// copy), or given that path or the bare name as its first argument
+// (compose's command: under an image whose entrypoint is sharelimit), serves
+// in upstream's mode; see config.Config.UpstreamBy.
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	asUpstream := len(argv) > 0 && isUpstreamCommand(argv[0])
@@ -52,7 +51,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if len(argv) > 1 {
 		args = argv[1:]
 	}
-	if len(args) > 0 && strings.Contains(args[0], "/") && isUpstreamCommand(args[0]) {
+	if len(args) > 0 && isUpstreamCommand(args[0]) {
 		asUpstream, args = true, args[1:]
 	}
 	switch {
