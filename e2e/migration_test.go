@@ -336,14 +336,20 @@ func (p *proc) records(t *testing.T, env []string) []string {
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		level := ""
 		if asJSON {
+			// Upstream's field names, as its logger wrote JSON.
 			var rec struct {
-				Level string `json:"level"`
+				Level     string `json:"level"`
+				Message   string `json:"@message"`
+				Timestamp string `json:"@timestamp"`
 			}
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {
 				t.Errorf("LOG_FORMAT=json, and a line is not JSON: %q", line)
 				continue
 			}
-			level = rec.Level
+			if rec.Message == "" || rec.Timestamp == "" {
+				t.Errorf("LOG_FORMAT=json in upstream's deployment, and a record without @message and @timestamp: %s", line)
+			}
+			level = map[string]string{"warning": "WARN", "error": "ERROR", "info": "INFO", "debug": "DEBUG"}[rec.Level]
 		} else if _, rest, ok := strings.Cut(line, " level="); ok {
 			level, _, _ = strings.Cut(rest, " ")
 		}

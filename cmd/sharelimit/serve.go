@@ -21,9 +21,40 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	level.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel)))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
+		if len(cfg.UpstreamBy) > 0 {
+			opts.ReplaceAttr = logrusNames
+		}
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// logrusNames renames a JSON record's fields as upstream's logger wrote
+// them (logrus's JSON formatter as upstream configures it): the time
+// "@timestamp", the message "@message", and the level in logrus's words, so
+// a log pipeline written for upstream keeps reading it.
+func logrusNames(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) > 0 {
+		return a
+	}
+	switch a.Key {
+	case slog.TimeKey:
+		a.Key = "@timestamp"
+	case slog.MessageKey:
+		a.Key = "@message"
+	case slog.LevelKey:
+		switch l, _ := a.Value.Any().(slog.Level); {
+		case l >= slog.LevelError:
+			a.Value = slog.StringValue("error")
+		case l >= slog.LevelWarn:
+			a.Value = slog.StringValue("warning")
+		case l >= slog.LevelInfo:
+			a.Value = slog.StringValue("info")
+		default:
+			a.Value = slog.StringValue("debug")
+		}
+	}
+	return a
 }
 
 // serve runs the daemon until ctx ends (SIGTERM or SIGINT), then drains. A
@@ -47,7 +78,7 @@ func serve(ctx context.Context, args, environ []string, asUpstream bool, stderr 
 		return 0
 	}
 	if err != nil {
-		startupLogger(args, environ, stderr).Error("invalid settings at start-up", "err", err.Error())
+		startupLogger(args, environ, asUpstream, stderr).Error("invalid settings at start-up", "err", err.Error())
 		return 2
 	}
 	log := newLogger(cfg, stderr)
@@ -79,8 +110,8 @@ func serve(ctx context.Context, args, environ []string, asUpstream bool, stderr 
 // startupLogger is the logger for settings that could not be parsed: the
 // format comes from the arguments or the environment as Parse would read it
 // (--log-format, SHARELIMIT_LOG_FORMAT, LOG_FORMAT), text when none names a
-// valid one.
-func startupLogger(args, environ []string, w io.Writer) *slog.Logger {
+// valid one, with upstream's field names in upstream's environment.
+func startupLogger(args, environ []string, asUpstream bool, w io.Writer) *slog.Logger {
 	format := ""
 	for i, a := range args {
 		if a == "--" {
@@ -109,7 +140,7 @@ func startupLogger(args, environ []string, w io.Writer) *slog.Logger {
 			break
 		}
 	}
-	return newLogger(&config.Config{LogFormat: format, LogLevel: "info"}, w)
+	return newLogger(&config.Config{LogFormat: format, LogLevel: "info", UpstreamBy: config.UpstreamBy(environ, asUpstream)}, w)
 }
 
 // lines splits an error of joined errors into its lines.

@@ -41,17 +41,22 @@ func TestStartupErrorsAreOneRecord(t *testing.T) {
 		environ []string
 		code    int
 		want    []string // in the ERROR record
+		// upstream: the environment is upstream's, so the records carry
+		// upstream's field names
+		upstream bool
 	}{
-		{"unknown flag, JSON from LOG_FORMAT", []string{"--no-such-flag"}, []string{"LOG_FORMAT=json"}, 2, []string{"flag provided but not defined: -no-such-flag"}},
-		{"unknown flag, JSON from the flag", []string{"--log-format", "json", "--nope"}, nil, 2, []string{"-nope"}},
-		{"unknown flag, JSON from SHARELIMIT_LOG_FORMAT", []string{"-log-format=xml", "--nope"}, []string{"SHARELIMIT_LOG_FORMAT=json"}, 2, []string{"-nope"}},
-		{"bad upstream value", nil, []string{"LOG_FORMAT=json", "GRPC_PORT=eighty"}, 2, []string{"GRPC_PORT", "eighty"}},
+		{"unknown flag, JSON from LOG_FORMAT", []string{"--no-such-flag"}, []string{"LOG_FORMAT=json"}, 2, []string{"flag provided but not defined: -no-such-flag"}, false},
+		{"unknown flag, JSON from the flag", []string{"--log-format", "json", "--nope"}, nil, 2, []string{"-nope"}, false},
+		{"unknown flag, JSON from SHARELIMIT_LOG_FORMAT", []string{"-log-format=xml", "--nope"}, []string{"SHARELIMIT_LOG_FORMAT=json"}, 2, []string{"-nope"}, false},
+		{"bad upstream value", nil, []string{"LOG_FORMAT=json", "GRPC_PORT=eighty"}, 2, []string{"GRPC_PORT", "eighty"}, true},
+		{"invalid config in upstream's environment", append([]string{"--config-dir", bad}, loopback...), []string{"LOG_FORMAT=json", "REDIS_URL=redis:6379"}, 1,
+			[]string{filepath.Join(bad, "bad.yaml") + ":"}, true},
 		{"invalid settings", append([]string{"--replicas", "0", "--config-dir", "/no/such/dir"}, loopback...), []string{"LOG_FORMAT=json"}, 2,
-			[]string{"--replicas: must be at least 1", "/no/such/dir"}},
+			[]string{"--replicas: must be at least 1", "/no/such/dir"}, false},
 		{"invalid config", append([]string{"--config-dir", bad}, loopback...), []string{"LOG_FORMAT=json"}, 1,
-			[]string{filepath.Join(bad, "bad.yaml") + ":"}},
+			[]string{filepath.Join(bad, "bad.yaml") + ":"}, false},
 		{"address in use", []string{"--config-dir", good, "--grpc-addr", busy.Addr().String(), "--http-addr", "127.0.0.1:0"}, []string{"LOG_FORMAT=json"}, 1,
-			[]string{"address already in use"}},
+			[]string{"address already in use"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -65,7 +70,16 @@ func TestStartupErrorsAreOneRecord(t *testing.T) {
 				if err := json.Unmarshal([]byte(line), &rec); err != nil {
 					t.Fatalf("a line of stderr is not JSON (%v): %q\nstderr:\n%s", err, line, stderr.String())
 				}
-				if rec["level"] == "ERROR" {
+				// Upstream's environment gets upstream's field names
+				// (logrus's, as upstream's logger writes JSON).
+				if tc.upstream {
+					if rec["@message"] == nil || rec["@timestamp"] == nil || rec["msg"] != nil {
+						t.Errorf("upstream's environment, and a record without upstream's field names: %s", line)
+					}
+					if rec["level"] == "error" {
+						errs = append(errs, line)
+					}
+				} else if rec["level"] == "ERROR" {
 					errs = append(errs, line)
 				}
 			}
