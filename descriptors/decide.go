@@ -38,12 +38,7 @@ type Status struct {
 	// in its own status, but refuses the request only together with every
 	// other quota descriptor of the request.
 	Quota bool
-	// hot is the hot value whose bucket the descriptor used, if any: a
-	// give-back must go to the same bucket.
-	hot *HotValue
 }
-
-// installed is a Set with the per-rule hashes the store keys start from.
 
 // Decision is the answer to one request.
 type Decision struct {
@@ -58,6 +53,32 @@ type Decision struct {
 	// the moment Decide returns; whatever reads the statuses' rules (metrics,
 	// by rule ID) must read them against this set, never the current one.
 	Set *Set
+	// plans is by descriptor: the plan of each wait-policy reservation the
+	// request made (Status.Wait > 0), for its give-back. Other entries are
+	// stale. It grows the first time a request of its size reserves, and is
+	// reused after.
+	plans []plan
+}
+
+// plan is one descriptor's bucket request, built once, by plan: the draw
+// applies it, and a give-back replays it with the operation reversed, so the
+// tokens go back to the very bucket, at the very weight, they came from.
+type plan struct {
+	req bucket.Request
+	wt  *bucket.Weight
+	// dr is the demand rule that meters the draw, nil when none does; usual
+	// is the key it meters by (the rule's usual bucket, before route).
+	dr    *DemandRule
+	usual uint64
+	// hot is the hot value whose bucket the draw used, nil when none.
+	hot *HotValue
+}
+
+// tally is what one request's statuses add up to: its overall code and its
+// quota descriptors, over and in all.
+type tally struct {
+	overall            Code
+	quotas, quotasOver int
 }
 
 // Decide answers one request into dec. hits is the request's hits_addend; now
@@ -66,26 +87,64 @@ type Decision struct {
 // caller's value, rather than returning one, keeps the hot path as short as
 // it was before Decision existed). Bad input returns a *RequestError and
 // changes no bucket.
+//
+// It runs in four steps: match finds each descriptor's limit, plan builds
+// its bucket request, the store draws, and account turns the result into
+// the status and the request's code. A request refused anyway gives back
+// its wait-policy reservations by replaying their plans (cancelWaits).
 func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64) error {
 	in := e.cur.Load()
 	dec.Set, dec.Code = in.set, OK
-	out := dec.Statuses[:0]
 	if err := Validate(domain, descs); err != nil {
-		dec.Statuses = out
+		dec.Statuses = dec.Statuses[:0]
 		return err
 	}
+	out := dec.Statuses
 	if cap(out) < len(descs) {
 		out = make([]Status, len(descs))
 	}
 	out = out[:len(descs)]
 	dec.Statuses = out
 	sl := in.domains[domain]
-	dom := sl.dom
+	e.match(in, sl.dom, descs, out)
+	quotaAll := e.quota.Load()
+	t := tally{overall: OK}
+	for i, d := range descs {
+		st := &out[i]
+		if !t.limited(st, quotaAll) {
+			continue
+		}
+		var p plan
+		e.plan(&p, in, sl.group, domain, d, st, hits)
+		res, ovf := e.store.Do(p.req, p.wt, now)
+		if p.dr != nil {
+			p.meter(res.OK)
+		}
+		t.account(st, &p, res, ovf)
+		if st.Wait != 0 {
+			dec.keep(i, &p)
+		}
+	}
+	if t.quotas > 0 && t.quotasOver == t.quotas {
+		t.overall = OverLimit
+	}
+	if t.overall == OverLimit {
+		e.cancelWaits(dec, now)
+	}
+	dec.Code = t.overall
+	return nil
+}
+
+// match sets each status to OK with the limit its descriptor asks for: the
+// request's own (an override), the rule it matches in dom, or none (dom nil:
+// an unknown domain, OK with no limit, as upstream); then it drops the
+// limits that others replace.
+func (e *Engine) match(in *installed, dom *Domain, descs []*commonv3.RateLimitDescriptor, out []Status) {
 	for i, d := range descs {
 		st := &out[i]
 		*st = Status{Code: OK}
 		if dom == nil {
-			continue // unknown domain: OK, no limit, as upstream
+			continue
 		}
 		if d.Limit != nil {
 			st.Limit, st.Override = e.override(d.Limit), true
@@ -98,130 +157,146 @@ func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimi
 	if in.set.hasReplaces {
 		markReplaced(out)
 	}
-	quotaAll := e.quota.Load()
-	overall := OK
-	quotas, quotasOver := 0, 0
-	for i, d := range descs {
-		st := &out[i]
-		lim := st.Limit
-		if lim != nil && lim.unlimited {
-			st.Remaining = math.MaxUint32
-			continue
+}
+
+// limited reports whether st has a limit to draw from. On the way it answers
+// an unlimited limit (MaxUint32 remaining) and counts st among the quota
+// descriptors when it is one.
+func (t *tally) limited(st *Status, quotaAll bool) bool {
+	lim := st.Limit
+	if lim != nil && lim.unlimited {
+		st.Remaining = math.MaxUint32
+		return false
+	}
+	// As upstream: under global quota mode every descriptor that is not
+	// unlimited is a quota descriptor, matched or not; otherwise those whose
+	// rule says quota_mode (an override never inherits it).
+	if st.Quota = quotaAll || (st.Rule != nil && st.Rule.quotaMode && lim != nil); st.Quota {
+		t.quotas++
+	}
+	return lim != nil && !st.Replaced
+}
+
+// plan builds into p the bucket request of descriptor d, whose status st has
+// a limit: its keys, tag and ramp, the demand rule and hot value that meter
+// it, and the bucket and weight group it is routed to. It is the only place
+// a bucket request is derived.
+func (e *Engine) plan(p *plan, in *installed, group uint16, domain string, d *commonv3.RateLimitDescriptor, st *Status, hits uint32) {
+	lim := st.Limit
+	op, n := operation(d, hits)
+	p.req.Params, p.req.Op, p.req.N = &lim.params, op, n
+	if st.Override {
+		p.req.Key, p.req.OverflowKey = e.overrideKeys(domain, d)
+	} else {
+		id := st.Rule.id
+		p.req.Key = e.ruleKey(in, st.Rule, d.Entries)
+		p.req.OverflowKey, p.req.Tag = in.overflow[id], in.tags[id]
+		if in.ramps != nil {
+			p.req.Ramp = in.ramps[id]
 		}
-		// As upstream: under global quota mode every descriptor that is not
-		// unlimited is a quota descriptor, matched or not; otherwise those whose
-		// rule says quota_mode (an override never inherits it).
-		if st.Quota = quotaAll || (st.Rule != nil && st.Rule.quotaMode && lim != nil); st.Quota {
-			quotas++
+		if in.demand != nil && lim.share != ShareReplica {
+			p.dr = in.demand[id]
 		}
-		if lim == nil || st.Replaced {
-			continue
+	}
+	p.usual = p.req.Key
+	if p.dr != nil && p.dr.hot != nil {
+		drawn := 0.0 // only draws are candidates' demand
+		if op == bucket.Draw {
+			drawn = n
 		}
-		op, n := operation(d, hits)
-		var req bucket.Request
-		if st.Override {
-			req.Key, req.OverflowKey = e.overrideKeys(domain, d)
+		p.hot = p.dr.hotValue(st.Rule, d.Entries, p.usual, drawn)
+	}
+	p.wt = e.route(&p.req, group, lim, p.dr, p.hot)
+}
+
+// meter counts a draw in its demand rule's meter (p.dr, not nil), and its
+// hot value's: what it was offered, and, when ok, admitted.
+func (p *plan) meter(ok bool) {
+	if p.req.Op != bucket.Draw {
+		return
+	}
+	n := uint64(p.req.N)
+	m := p.dr.stripe(p.usual)
+	m.offered.Add(n)
+	if p.hot != nil {
+		p.hot.offered.Add(n)
+	}
+	if ok {
+		m.admitted.Add(n)
+		if p.hot != nil {
+			p.hot.admitted.Add(n)
+		}
+	}
+}
+
+// account fills st from the store's answer to p, and counts it in t when
+// it is over its limit.
+func (t *tally) account(st *Status, p *plan, res bucket.Result, overflowed bool) {
+	lim := st.Limit
+	st.Overflow = overflowed
+	st.Reset, st.Wait = res.Reset, res.Wait
+	if lim.params.Blocked() {
+		st.Reset = lim.Window()
+	}
+	switch {
+	case res.OK:
+		st.Remaining = remaining(res.Tokens, p.wt.W, lim.burst)
+	case st.Rule != nil && st.Rule.shadowMode:
+		st.Shadowed = true
+	default:
+		// As upstream: an OVER_LIMIT descriptor has nothing left, whatever
+		// fraction of a token the local bucket holds.
+		st.Code = OverLimit
+		if st.Quota {
+			t.quotasOver++
 		} else {
-			req.Key = e.ruleKey(in, st.Rule, d.Entries)
-			req.OverflowKey, req.Tag = in.overflow[st.Rule.id], in.tags[st.Rule.id]
-			if in.ramps != nil {
-				req.Ramp = in.ramps[st.Rule.id]
-			}
-		}
-		req.Params, req.Op, req.N = &lim.params, op, n
-		var dr *DemandRule
-		if in.demand != nil && st.Rule != nil && !st.Override && lim.share != ShareReplica {
-			dr = in.demand[st.Rule.id]
-		}
-		if dr != nil && dr.hot != nil {
-			drawn := 0.0 // only draws are candidates' demand
-			if op == bucket.Draw {
-				drawn = n
-			}
-			st.hot = dr.hotValue(st.Rule, d.Entries, req.Key, drawn)
-		}
-		usual := req.Key
-		w := e.route(&req, sl.group, lim, dr, st.hot)
-		res, ovf := e.store.Do(req, w, now)
-		if dr != nil && op == bucket.Draw {
-			m := dr.stripe(usual)
-			m.offered.Add(uint64(n))
-			if st.hot != nil {
-				st.hot.offered.Add(uint64(n))
-			}
-			if res.OK {
-				m.admitted.Add(uint64(n))
-				if st.hot != nil {
-					st.hot.admitted.Add(uint64(n))
-				}
-			}
-		}
-		st.Overflow = ovf
-		st.Reset, st.Wait = res.Reset, res.Wait
-		if lim.params.Blocked() {
-			st.Reset = lim.Window()
-		}
-		if res.OK {
-			st.Remaining = remaining(res.Tokens, w.W, lim.burst)
-		} else if st.Rule != nil && st.Rule.shadowMode {
-			st.Shadowed = true
-		} else {
-			// As upstream: an OVER_LIMIT descriptor has nothing left, whatever
-			// fraction of a token the local bucket holds.
-			st.Code = OverLimit
-			if st.Quota {
-				quotasOver++
-			} else {
-				overall = OverLimit
-			}
+			t.overall = OverLimit
 		}
 	}
-	if quotas > 0 && quotasOver == quotas {
-		overall = OverLimit
+}
+
+// keep holds p, the plan of descriptor i, for a give-back.
+func (dec *Decision) keep(i int, p *plan) {
+	if len(dec.plans) < len(dec.Statuses) {
+		dec.plans = make([]plan, len(dec.Statuses))
 	}
-	if overall == OverLimit {
-		e.cancelWaits(in, domain, descs, hits, out, sl.group, now)
-	}
-	dec.Code = overall
-	return nil
+	dec.plans[i] = *p
 }
 
 // cancelWaits gives back the tokens that wait-policy descriptors reserved in a
 // request answered OVER_LIMIT anyway: holding that answer would only delay a
 // refusal, and the reservation would spend tokens on a request that never
-// passes.
-func (e *Engine) cancelWaits(in *installed, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, out []Status, group uint16, now int64) {
-	for i := range out {
-		st := &out[i]
+// passes. Each give-back replays its reservation's plan: the same bucket
+// (the overflow bucket when the draw used it), weight, meter and hot value.
+func (e *Engine) cancelWaits(dec *Decision, now int64) {
+	for i := range dec.Statuses {
+		st := &dec.Statuses[i]
 		if st.Wait == 0 {
 			continue
 		}
-		_, n := operation(descs[i], hits)
-		req := bucket.Request{Params: &st.Limit.params, Op: bucket.GiveBack, N: n}
-		switch {
-		case st.Override:
-			req.Key, req.OverflowKey = e.overrideKeys(domain, descs[i])
-		default:
-			req.Key, req.OverflowKey = e.ruleKey(in, st.Rule, descs[i].Entries), in.overflow[st.Rule.id]
-			req.Tag = in.tags[st.Rule.id]
-		}
-		var dr *DemandRule
-		if in.demand != nil && st.Rule != nil && !st.Override && st.Limit.share != ShareReplica {
-			if dr = in.demand[st.Rule.id]; dr != nil {
-				// The draw was counted as admitted; it was not.
-				dr.stripe(req.Key).admitted.Add(^uint64(uint64(n) - 1))
-				if st.hot != nil {
-					st.hot.admitted.Add(^uint64(uint64(n) - 1))
-				}
-			}
-		}
-		wt := e.route(&req, group, st.Limit, dr, st.hot)
+		p := &dec.plans[i]
+		p.unmeter()
+		req := p.req
+		req.Op = bucket.GiveBack
 		if st.Overflow {
 			req.Key = req.OverflowKey
 		}
-		res, _ := e.store.Do(req, wt, now)
+		res, _ := e.store.Do(req, p.wt, now)
 		st.Wait, st.Reset = 0, res.Reset
-		st.Remaining = remaining(res.Tokens, wt.W, st.Limit.burst)
+		st.Remaining = remaining(res.Tokens, p.wt.W, st.Limit.burst)
+	}
+}
+
+// unmeter takes back what meter counted as admitted for a draw that was
+// given back: it was not.
+func (p *plan) unmeter() {
+	if p.dr == nil {
+		return
+	}
+	n := ^(uint64(p.req.N) - 1) // -n
+	p.dr.stripe(p.usual).admitted.Add(n)
+	if p.hot != nil {
+		p.hot.admitted.Add(n)
 	}
 }
 
