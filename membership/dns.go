@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -108,7 +109,9 @@ type DNSConfig struct {
 // --replicas view stands. An error, or an answer with no address, is a
 // fault: the last view stands (never a count of 0), with LastError,
 // Errors and Fault set and a warning when the fault begins, and the next
-// try backs off. A Damper in front of it applies a count that grows (a
+// try backs off. A resolution whose A or AAAA query failed (anything but a
+// name or type with no record) is such an error: the family that answered
+// is not the count. A Damper in front of it applies a count that grows (a
 // share that shrinks) at once, and holds one that falls.
 //
 // View is safe for concurrent use and never blocks. Run must be called
@@ -194,28 +197,67 @@ func (cfg *DNSConfig) normalize() error {
 	return nil
 }
 
-// resolver resolves through server over TCP, or through the system
-// resolver when server is "".
+// resolver resolves through server over TCP, or through the system's
+// nameservers when server is "".
 type resolver string
 
+// lookup returns the A and AAAA records of name, asked for separately: a
+// family with no record (NXDOMAIN or NODATA for its type) is empty, and
+// any other failure of either (SERVFAIL, REFUSED, no answer in time, a
+// garbled answer) fails the whole lookup. Go's resolver, asked for "ip",
+// returns the family that answered and drops the other's error, and a
+// count of half the replicas would double every share. StrictErrors makes
+// a temporary failure of any name tried on the search list fail the
+// family, rather than be passed over for a later name's "not found". An
+// IP address given as the name is its one address.
 func (server resolver) lookup(ctx context.Context, name string) ([]netip.Addr, error) {
-	r := net.DefaultResolver
+	if a, err := netip.ParseAddr(name); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	// The Go resolver, whichever the platform's default: StrictErrors is
+	// its alone, and the binary is built without cgo anyway.
+	r := &net.Resolver{PreferGo: true, StrictErrors: true}
 	if server != "" {
-		// The Go resolver, with every query (to whichever nameserver
-		// resolv.conf lists) sent to server over TCP: a stream answer is
-		// never cut to fit a datagram.
-		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		// Every query (to whichever nameserver resolv.conf lists) is
+		// sent to server over TCP: a stream answer is never cut to fit
+		// a datagram.
+		r.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", string(server))
-		}}
+		}
 	}
-	addrs, err := r.LookupNetIP(ctx, "ip", name)
-	if de := (*net.DNSError)(nil); server != "" && errors.As(err, &de) {
-		// The error names the nameserver resolv.conf lists, which
-		// was never asked.
-		de.Server = string(server)
+	var v4, v6 []netip.Addr
+	var err4, err6 error
+	var wg sync.WaitGroup
+	wg.Go(func() { v4, err4 = r.LookupNetIP(ctx, "ip4", name) })
+	v6, err6 = r.LookupNetIP(ctx, "ip6", name)
+	wg.Wait()
+	for _, err := range []error{err4, err6} {
+		if de := (*net.DNSError)(nil); server != "" && errors.As(err, &de) {
+			// The error names the nameserver resolv.conf lists, which
+			// was never asked.
+			de.Server = string(server)
+		}
 	}
-	return addrs, err
+	empty4, empty6 := notFound(err4), notFound(err6)
+	switch {
+	case err4 != nil && !empty4:
+		return nil, fmt.Errorf("A records: %w", err4)
+	case err6 != nil && !empty6:
+		return nil, fmt.Errorf("AAAA records: %w", err6)
+	case empty4 && empty6:
+		return nil, err4
+	}
+	return append(v4, v6...), nil
+}
+
+// notFound reports whether err says that the name has no record of the
+// type asked: NXDOMAIN or NODATA, or an address in /etc/hosts of the other
+// family only.
+func notFound(err error) bool {
+	var de *net.DNSError
+	var ae *net.AddrError
+	return errors.As(err, &de) && de.IsNotFound || errors.As(err, &ae) && ae.Err == "no suitable address found"
 }
 
 // View returns the current view. It never blocks and is safe for concurrent
