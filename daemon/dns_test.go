@@ -50,6 +50,7 @@ func TestDNSMembership(t *testing.T) {
 	a.RegisterAt("node-2", "web-2", "web", "192.0.2.2", true)
 	d := runDNSDaemon(t, a, func(cfg *config.Config) {
 		cfg.Replicas, cfg.MembershipHold, cfg.JoinRamp = 3, 10*time.Minute, 0
+		cfg.MembershipGrace = 0 // the hold alone holds the deregistration (TestDNSCheckCriticalWhileServingKeepsCap has the grace)
 	})
 	base := "http://" + d.httpLis.Addr().String()
 	weight := func() float64 { return d.engine.GroupWeight(d.views[0].group).W }

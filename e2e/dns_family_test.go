@@ -137,6 +137,8 @@ func countingDNS(n int) func(memberView) bool {
 // "error", and no one-second window admits more than L + 5%. (Go's resolver
 // without StrictErrors returned the A records alone: every daemon counted
 // two with no fault, and after --membership-hold the cluster admitted 2 L.)
+// --membership-grace is 0, so that no grace keeps the IPv6 addresses
+// counted in its stead.
 func TestDNSFailedAddressFamilyKeepsCap(t *testing.T) {
 	const k = 4
 	p := mfParams()
@@ -145,7 +147,7 @@ func TestDNSFailedAddressFamilyKeepsCap(t *testing.T) {
 	proxy := startAAAAProxy(t, c.consul.DNSAddr())
 	c.peersDNS = service + ".service.consul."
 	// The last --peers-dns-server wins: the proxy, not the agent.
-	c.args = []string{"--membership-hold", "1s", "--peers-dns-server", proxy.ln.Addr().String()}
+	c.args = []string{"--membership-hold", "1s", "--membership-grace", "0", "--peers-dns-server", proxy.ln.Addr().String()}
 	addrs := []string{"192.0.2.1", "192.0.2.2", "2001:db8::3", "2001:db8::4"}
 	for i := range k {
 		c.consul.RegisterAt(nodeName(i), serviceID(i), service, addrs[i], true)

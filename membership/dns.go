@@ -63,6 +63,15 @@ type DNSConfig struct {
 	// Replicas is the count that stands until the first answer
 	// (--replicas); below 1 means 1.
 	Replicas int
+	// Grace is how long an address still counts after the last answer
+	// that listed it (--membership-grace), as the Consul source counts an
+	// instance for the grace after it last passed: a DNS server drops a
+	// replica from its answers the moment its check fails (Consul) or it
+	// is not ready (Kubernetes), while the replica may go on serving. An
+	// answer listing fewer than half of the addresses remembered keeps
+	// them counted for ten graces. 0 means DefaultGrace; a negative grace
+	// counts only the addresses of the last answer.
+	Grace time.Duration
 	// BackoffBase and BackoffMax shape the wait after the n-th failure in a
 	// row: a random duration in [c/2, c), c = min(BackoffMax,
 	// BackoffBase·2^(n-1)). Defaults DefaultDNSBackoffBase and
@@ -87,17 +96,27 @@ type DNSConfig struct {
 // its checks), or of a compose service (one per container). It needs no
 // Consul client, no Kubernetes API access and no RBAC.
 //
-// Each distinct address is one replica: Total is their count, Local is 1,
-// and the weight is 1/Total. Replicas that share an address (two on one
-// host, told apart only by port) count once, and would each take the share
-// of one: give each replica its own address.
+// Each distinct address is one replica: Total is their count, Local is 1
+// (0 when this replica knows it is absent, below), and the weight is
+// 1/Total. Replicas that share an address (two on one host, told apart only
+// by port) count once, and would each take the share of one: give each
+// replica its own address. A replica listed under two addresses (a
+// dual-stack pod, with an A and an AAAA record) counts twice, which makes
+// every share smaller: tighter, never looser. An address counts from the
+// answer that lists it until Grace after the last answer that listed it,
+// as the Consul source counts an instance.
 //
-// Whether this replica's own address is among them is not checked, because
-// it cannot be known reliably: the address a replica is listed under is
+// Whether this replica is among the addresses can be known only when it is
+// listed under one of its own host's addresses (a pod's IP, a container's,
+// a host's with host networking): the address a replica is listed under is
 // whatever its Service, registration or network gave it (a Consul service
-// address, a NATed or overlay address), not necessarily one of its own
-// interfaces. Every replica assumes it is listed. So a replica not yet
-// listed (a Kubernetes pod before it is ready, unless its Service sets
+// address on another interface, a NATed or overlay address). So a replica
+// that has seen one of its host's addresses in an answer knows it is
+// listed, and once an answer no longer counts any of them (after the
+// grace), it is absent: its peers no longer count it, and it takes
+// AbsentWeight with FaultAbsent, as the Consul source does. A replica that
+// has never seen one assumes it is listed. So a replica not yet listed (a
+// Kubernetes pod before it is ready, unless its Service sets
 // publishNotReadyAddresses) takes 1/Total, a share its peers do not leave
 // it: if it serves then, the cluster may admit up to (Total+1)/Total of
 // each limit. A replica is safe to serve once it is listed and every peer
@@ -109,10 +128,11 @@ type DNSConfig struct {
 // --replicas view stands. An error, or an answer with no address, is a
 // fault: the last view stands (never a count of 0), with LastError,
 // Errors and Fault set and a warning when the fault begins, and the next
-// try backs off. A resolution whose A or AAAA query failed (anything but a
-// name or type with no record) is such an error: the family that answered
-// is not the count. A Damper in front of it applies a count that grows (a
-// share that shrinks) at once, and holds one that falls.
+// try backs off. A resolution whose A or AAAA query
+// failed (anything but a name or type with no record) is such an error:
+// the family that answered is not the count. A Damper in front of it
+// applies a count that grows (a share that shrinks) at once, and holds one
+// that falls.
 //
 // View is safe for concurrent use and never blocks. Run must be called
 // once, by the owner of the source. DNS has no useful zero value; use
@@ -132,10 +152,20 @@ type DNS struct {
 	// to run the loop without sleeping.
 	wait   func(ctx context.Context, d time.Duration) bool
 	random func() float64
+	// localAddrs lists this host's addresses (net.InterfaceAddrs). Tests
+	// swap it, before Run.
+	localAddrs func() ([]netip.Addr, error)
 
 	// Only Run's goroutine touches these.
 	answered bool
 	failures int // in a row, since the last answer
+	// seen is every address counted, and when an answer last listed it.
+	seen map[netip.Addr]time.Time
+	// own are this host's addresses, as last listed by localAddrs.
+	own map[netip.Addr]struct{}
+	// self: an answer has listed one of own, so this replica knows it is
+	// listed; assumed: it never has, and has said so.
+	self, assumed bool
 }
 
 // NewDNS returns a DNS source. It starts with the Replicas view and
@@ -144,7 +174,8 @@ func NewDNS(cfg DNSConfig) (*DNS, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("new dns membership source: %w", err)
 	}
-	s := &DNS{cfg: cfg, log: cfg.Logger, now: cfg.Clock, wait: sleep, random: rand.Float64}
+	s := &DNS{cfg: cfg, log: cfg.Logger, now: cfg.Clock, wait: sleep, random: rand.Float64, localAddrs: interfaceAddrs,
+		seen: map[netip.Addr]time.Time{}, own: map[netip.Addr]struct{}{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +221,12 @@ func (cfg *DNSConfig) normalize() error {
 	}
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = max(DefaultDNSBackoffMax, cfg.BackoffBase)
+	}
+	switch {
+	case cfg.Grace == 0:
+		cfg.Grace = DefaultGrace
+	case cfg.Grace < 0:
+		cfg.Grace = 0
 	}
 	if cfg.BackoffMax < cfg.BackoffBase {
 		return fmt.Errorf("back-off max %s is below its base %s", cfg.BackoffMax, cfg.BackoffBase)
@@ -260,6 +297,23 @@ func notFound(err error) bool {
 	return errors.As(err, &de) && de.IsNotFound || errors.As(err, &ae) && ae.Err == "no suitable address found"
 }
 
+// interfaceAddrs lists the addresses of this host's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(ifaddrs))
+	for _, ia := range ifaddrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
 // View returns the current view. It never blocks and is safe for concurrent
 // use.
 func (s *DNS) View() View { return *s.view.Load() }
@@ -291,10 +345,11 @@ func (s *DNS) Run(ctx context.Context) error {
 // observe publishes what one resolution gave and returns how long to wait
 // before the next: Interval after an answer, a back-off after a failure.
 func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.Duration {
-	n := countAddrs(addrs)
-	if err == nil && n == 0 {
+	listed := distinctAddrs(addrs)
+	if err == nil && len(listed) == 0 {
 		err = ErrNoRecords
 	}
+	now := s.now()
 	if err != nil {
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
@@ -309,27 +364,107 @@ func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.D
 		return d
 	}
 	s.failures = 0
+	s.refreshOwn(ctx)
 	prev := s.view.Load()
-	// n of n is a possible count (n >= 1), so this is 1/n.
-	w, _ := Weight(1, n)
-	v := &View{Source: "dns", Name: s.cfg.Name, Total: n, Local: 1, TotalWeight: n, LocalWeight: 1, Weight: w,
-		ObservedAt: s.now(), Errors: prev.Errors}
+	wasSelf := s.self
+	n, local, _ := s.count(listed, now)
+	// n >= 1, and local is 0 or 1: a possible count.
+	w, _ := Weight(local, n)
+	v := &View{Source: "dns", Name: s.cfg.Name, Total: n, Local: local, TotalWeight: n, LocalWeight: local, Weight: w,
+		ObservedAt: now, Errors: prev.Errors}
+	if local == 0 {
+		v.Fault = FaultAbsent
+	}
 	first := !s.answered
 	s.answered = true
 	s.publish(v)
 	if prev.LastError != "" {
 		s.log.Info("dns membership: the name resolves again", "name", s.cfg.Name, "errors", v.Errors)
 	}
-	if !first && prev.Total == n {
-		s.log.Debug("dns membership: view confirmed", "name", s.cfg.Name, "total", n)
+	s.logSelf(v, prev, wasSelf)
+	if !first && prev.Total == v.Total && prev.Local == v.Local {
+		s.log.Debug("dns membership: view confirmed", "name", s.cfg.Name, "total", n, "listed", len(listed))
 	} else {
-		args := []any{"name", s.cfg.Name, "total", n, "weight", w}
+		args := []any{"name", s.cfg.Name, "total", n, "local", local, "weight", w, "listed", len(listed)}
 		if !first {
 			args = append(args, "previous_total", prev.Total)
 		}
 		s.log.Info("dns membership: view changed", args...)
 	}
 	return s.cfg.Interval
+}
+
+// count takes an answer's addresses at now and returns the replicas it
+// counts: every address listed, and every address listed within the grace
+// (ten graces while the answer lists fewer than half of those
+// remembered); local, 1 unless this replica knows it is listed and none of
+// its host's addresses counts; and whether one of them counts. An answer
+// that lists one of its host's addresses tells it that it is listed.
+func (s *DNS) count(listed map[netip.Addr]struct{}, now time.Time) (n, local int, selfCounted bool) {
+	for a := range listed {
+		s.seen[a] = now
+		if _, ok := s.own[a]; ok {
+			s.self = true
+		}
+	}
+	grace := s.cfg.Grace
+	if 2*len(listed) < len(s.seen) {
+		grace *= panicGraces
+	}
+	for a, last := range s.seen {
+		if _, ok := listed[a]; !ok && now.Sub(last) >= grace {
+			delete(s.seen, a)
+			continue
+		}
+		n++
+		if _, ok := s.own[a]; ok {
+			selfCounted = true
+		}
+	}
+	local = 1
+	if s.self && !selfCounted {
+		local = 0
+	}
+	return n, local, selfCounted
+}
+
+// refreshOwn lists this host's addresses again; on an error the last list
+// stands.
+func (s *DNS) refreshOwn(ctx context.Context) {
+	addrs, err := s.localAddrs()
+	if err != nil {
+		s.log.Log(ctx, slog.LevelDebug, "dns membership: this host's addresses not listed; the last list stands", "error", err)
+		return
+	}
+	clear(s.own)
+	for _, a := range addrs {
+		if a.IsValid() && !a.IsUnspecified() {
+			s.own[a.Unmap().WithZone("")] = struct{}{}
+		}
+	}
+}
+
+// logSelf says what an answer told this replica about itself: that it is
+// listed (the first time, and again after it was absent), that it is
+// absent (a warning when that begins), and that it assumes it is listed
+// (once). wasSelf is whether it knew it was listed before the answer.
+func (s *DNS) logSelf(v, prev *View, wasSelf bool) {
+	switch {
+	case v.Local == 0:
+		if prev.Local != 0 {
+			s.log.Warn("dns membership: the name no longer lists this host's address, for longer than --membership-grace: its peers no longer count this replica and leave it no share, so it admits next to nothing (one token per bucket) until it is listed again",
+				"name", s.cfg.Name, "total", v.Total, "grace", s.cfg.Grace, "fault", FaultAbsent)
+		}
+	case prev.Local == 0:
+		s.log.Info("dns membership: this host's address is listed again: this replica counts itself in again", "name", s.cfg.Name, "total", v.Total)
+	case s.self && !wasSelf:
+		s.log.Info("dns membership: this host's address is listed: from now on, an answer that no longer lists it, for longer than --membership-grace, makes this replica absent",
+			"name", s.cfg.Name)
+	case !s.self && !s.assumed:
+		s.log.Info("dns membership: none of this host's addresses is listed, so this replica assumes it is listed under another (a Consul service address on another interface, a NATed address) or soon will be: it counts itself in, and cannot tell when it is not listed",
+			"name", s.cfg.Name, "total", v.Total)
+		s.assumed = true
+	}
 }
 
 // fail publishes a failure: the view stands, and only LastError, Errors and
@@ -362,12 +497,16 @@ func (s *DNS) publish(v *View) {
 
 // countAddrs is how many distinct addresses addrs holds; an IPv4 address
 // and its IPv4-mapped IPv6 form are one.
-func countAddrs(addrs []netip.Addr) int {
+func countAddrs(addrs []netip.Addr) int { return len(distinctAddrs(addrs)) }
+
+// distinctAddrs is the set of the valid addresses in addrs, each unmapped
+// and without its zone.
+func distinctAddrs(addrs []netip.Addr) map[netip.Addr]struct{} {
 	seen := make(map[netip.Addr]struct{}, len(addrs))
 	for _, a := range addrs {
 		if a.IsValid() {
 			seen[a.Unmap().WithZone("")] = struct{}{}
 		}
 	}
-	return len(seen)
+	return seen
 }

@@ -19,7 +19,8 @@ import (
 // TestDNSAgentFollowsCatalog counts web.service.consul through the agent's
 // DNS over TCP while instances register (2, then 4, one of them IPv6), one
 // fails its TTL check, one deregisters, the agent is stopped, and a fresh
-// empty agent answers NXDOMAIN. A Damper on a fake clock stands between the
+// empty agent answers NXDOMAIN. With no grace (TestDNSGraceKeepsAddressCounted
+// has it), so that an address the answer drops is no longer counted. A Damper on a fake clock stands between the
 // source and the view in force, with a one-hour hold: a count that grows
 // (a share that shrinks) applies at once, one that falls waits the hold
 // (the test moves the clock), and through the outage and the NXDOMAIN the
@@ -34,11 +35,12 @@ func TestDNSAgentFollowsCatalog(t *testing.T) {
 	var logs logBuffer
 	var d *Damper
 	s, err := NewDNS(DNSConfig{Name: "web.service.consul.", Server: a.DNSAddr(), Replicas: 3, Interval: 50 * time.Millisecond,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: logs.logger(),
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Grace: -1, Logger: logs.logger(),
 		OnUpdate: func(v View) { d.Update(v) }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.localAddrs = noLocalAddrs
 	d = newFakeDamper(t, clk, s.View(), hold, &sub)
 	run(t, s)
 	inForce := func(total int) func(View) bool {

@@ -49,14 +49,16 @@ func TestDNSCountAddrs(t *testing.T) {
 }
 
 // newTestDNS is a DNS source on a fake clock, with its random draws fixed at
-// r, logging into logs. Nothing runs.
+// r, logging into logs, with no grace and none of the answers' addresses its
+// host's. Nothing runs.
 func newTestDNS(t *testing.T, clk *fakeClock, r float64, logs *logBuffer) *DNS {
 	t.Helper()
-	s, err := NewDNS(DNSConfig{Name: "rl.service.consul.", Replicas: 3, Interval: 5 * time.Second, Clock: clk.Now, Logger: logs.logger()})
+	s, err := NewDNS(DNSConfig{Name: "rl.service.consul.", Replicas: 3, Interval: 5 * time.Second, Grace: -1, Clock: clk.Now, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.random = func() float64 { return r }
+	s.localAddrs = noLocalAddrs
 	return s
 }
 

@@ -80,8 +80,9 @@ const (
 	// instances than its view expects (--replicas, or a saved view); the
 	// view stands, for up to ten graces.
 	FaultSuspect = "suspect"
-	// FaultAbsent: this replica's node has no counted instance; its peers
-	// leave it no room, so it takes AbsentWeight.
+	// FaultAbsent: this replica's node has no counted instance (DNS: an
+	// answer listed one of this host's addresses, and none counts any
+	// more); its peers leave it no room, so it takes AbsentWeight.
 	FaultAbsent = "absent"
 	// FaultError: any other failed query; the last view stands.
 	FaultError = "error"
