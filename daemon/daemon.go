@@ -288,8 +288,9 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				"service", cfg.ConsulService)
 		}
 	}
-	if cfg.PeersDNS != "" && cfg.Replicas == 1 {
-		// As with Consul: until the name first resolves, --replicas stands.
+	if cfg.PeersDNS != "" && cfg.Replicas == 1 && initial(d.snap, dnsKey(cfg.PeersDNS)) == nil {
+		// As with Consul: until the name first resolves, --replicas
+		// stands, unless the state file saved a view.
 		d.log.Warn("membership: --replicas is 1, so until --peers-dns first resolves this replica enforces every limit whole; set --replicas to the replica count you expect",
 			"name", cfg.PeersDNS)
 	}
@@ -327,7 +328,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			// this is the default view, and the only one.
 			s, err := membership.NewDNS(membership.DNSConfig{
 				Name: cfg.PeersDNS, Server: cfg.PeersDNSServer, Interval: cfg.PeersDNSInterval, Replicas: cfg.Replicas,
-				Grace:  grace(cfg.MembershipGrace),
+				Initial: initial(d.snap, dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace),
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the name itself
 			})
 			if err != nil {

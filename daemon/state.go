@@ -115,7 +115,7 @@ func elapsed(s *state.Snapshot, now time.Time) time.Duration { return max(now.Su
 // restore puts the snapshot's buckets into the engine. It runs before the
 // listeners open: nothing is served while buckets are still being restored.
 func (k *keeper) restore(s *state.Snapshot, set *descriptors.Set, started time.Time) {
-	saved := map[uint16]string{} // saved group -> its view's service
+	saved := map[uint16]string{} // saved group -> its view's key
 	for _, v := range s.Views {
 		saved[v.Group] = v.Service
 	}
@@ -123,12 +123,16 @@ func (k *keeper) restore(s *state.Snapshot, set *descriptors.Set, started time.T
 		if g == 0 {
 			return 0, true // share: replica
 		}
-		svc, ok := saved[g]
+		key, ok := saved[g]
 		if !ok {
 			return 0, false
 		}
 		for _, v := range k.d.views {
-			if v.service == svc {
+			// A view with no Consul service (static or DNS) takes the
+			// buckets either saved: they are its rules', whichever of
+			// the two counted the replicas (and a DNS view's were saved
+			// under "" before it had a key of its own).
+			if v.stateKey() == key || v.service == "" && (key == "" || strings.HasPrefix(key, dnsKeyPrefix)) {
 				return uint16(v.group), true
 			}
 		}
@@ -149,18 +153,34 @@ func (k *keeper) restore(s *state.Snapshot, set *descriptors.Set, started time.T
 		"no_room", res.NoRoom, "took", took.Round(time.Millisecond))
 }
 
-// initial is the saved view of service, to stand until Consul answers; nil
-// when the snapshot has none.
-func initial(s *state.Snapshot, service string) *membership.View {
-	if s == nil || service == "" {
+// initial is the saved view under key (a Consul service, or dnsKey of a
+// name), to stand until the source first answers; nil when the snapshot has
+// none.
+func initial(s *state.Snapshot, key string) *membership.View {
+	if s == nil || key == "" {
 		return nil
 	}
 	for _, v := range s.Views {
-		if v.Service == service {
+		if v.Service == key {
 			return &membership.View{Total: v.Total, Local: v.Local, TotalWeight: v.TotalWeight, LocalWeight: v.LocalWeight, Weight: v.Weight}
 		}
 	}
 	return nil
+}
+
+// dnsKey is the key a DNS view of name is saved under: one of its own, so
+// that neither a static view's count nor another name's stands for it.
+func dnsKey(name string) string { return dnsKeyPrefix + name }
+
+const dnsKeyPrefix = "dns:"
+
+// stateKey is the key v is saved under: its Consul service, dnsKey of its
+// DNS name, or "" for a static view.
+func (v *view) stateKey() string {
+	if v.name != "" {
+		return dnsKey(v.name)
+	}
+	return v.service
 }
 
 // write saves the state now. It returns how many buckets it wrote.
@@ -171,7 +191,7 @@ func (k *keeper) write(why string) (uint64, error) {
 	h := state.Header{Written: start, Seed: k.d.engine.Seed(), Weights: k.d.engine.Weights()}
 	for _, v := range k.d.views {
 		mv := v.cur.Load()
-		h.Views = append(h.Views, state.View{Group: uint16(v.group), Service: v.service, Total: mv.Total, Local: mv.Local,
+		h.Views = append(h.Views, state.View{Group: uint16(v.group), Service: v.stateKey(), Total: mv.Total, Local: mv.Local,
 			TotalWeight: mv.TotalWeight, LocalWeight: mv.LocalWeight, Weight: mv.Weight})
 	}
 	now := k.d.clock()

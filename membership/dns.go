@@ -63,6 +63,15 @@ type DNSConfig struct {
 	// Replicas is the count that stands until the first answer
 	// (--replicas); below 1 means 1.
 	Replicas int
+	// Initial, when set, is the view that stands until the first answer
+	// instead of the Replicas one: the view a restarted daemon saved
+	// (--state-file), so that it does not enforce a whole limit while the
+	// name does not resolve. Until an answer has been believed, one that
+	// lists fewer addresses than it counted replicas is suspect
+	// (FaultSuspect) and the view stands, for up to ten graces after Run
+	// starts, as the Consul source holds its first answers. One that is
+	// not a possible DNS view is ignored.
+	Initial *View
 	// Grace is how long an address still counts after the last answer
 	// that listed it (--membership-grace), as the Consul source counts an
 	// instance for the grace after it last passed: a DNS server drops a
@@ -125,10 +134,10 @@ type DNSConfig struct {
 //
 // The source follows the rules of the others. It resolves in the
 // background, never on the request path. Until the first answer, the
-// --replicas view stands. An error, or an answer with no address, is a
-// fault: the last view stands (never a count of 0), with LastError,
-// Errors and Fault set and a warning when the fault begins, and the next
-// try backs off. A resolution whose A or AAAA query
+// --replicas view, or the Initial one, stands. An error, or an answer
+// with no address, is a fault: the last view stands (never a count of 0),
+// with LastError, Errors and Fault set and a warning when the fault
+// begins, and the next try backs off. A resolution whose A or AAAA query
 // failed (anything but a name or type with no record) is such an error:
 // the family that answered is not the count. A Damper in front of it
 // applies a count that grows (a share that shrinks) at once, and holds one
@@ -166,10 +175,14 @@ type DNS struct {
 	// self: an answer has listed one of own, so this replica knows it is
 	// listed; assumed: it never has, and has said so.
 	self, assumed bool
+	// expect is the replica count of the Initial view (0 without one):
+	// first answers are held to it from started on.
+	expect  int
+	started time.Time
 }
 
-// NewDNS returns a DNS source. It starts with the Replicas view and
-// resolves nothing until Run.
+// NewDNS returns a DNS source. It starts with the Initial view, or else
+// the Replicas one, and resolves nothing until Run.
 func NewDNS(cfg DNSConfig) (*DNS, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("new dns membership source: %w", err)
@@ -182,8 +195,17 @@ func NewDNS(cfg DNSConfig) (*DNS, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.started = s.now()
 	s.lookup = resolver(cfg.Server).lookup
 	v := replicasView("dns", cfg.Replicas)
+	if in := cfg.Initial; in != nil {
+		// A DNS view weighs every replica 1, and counts itself or not.
+		if w, err := Weight(in.Local, in.Total); err == nil && in.Local <= 1 && w == in.Weight &&
+			in.TotalWeight == in.Total && in.LocalWeight == in.Local {
+			v = View{Source: "dns", Total: in.Total, Local: in.Local, TotalWeight: in.Total, LocalWeight: in.Local, Weight: w}
+			s.expect = in.Total
+		}
+	}
 	v.Name = cfg.Name
 	s.view.Store(&v)
 	return s, nil
@@ -350,6 +372,18 @@ func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.D
 		err = ErrNoRecords
 	}
 	now := s.now()
+	if err == nil && !s.answered && len(listed) < s.expect && now.Sub(s.started) < panicGraces*s.cfg.Grace {
+		// A replica that starts remembers no address: were this answer
+		// the truth, a server still partial (a Consul restarted empty,
+		// re-registering) would give its first view, and it would take a
+		// share its peers, who remember more, never left it. An answer
+		// short of the view the state file saved is suspect, for as long
+		// as the panic threshold holds the memory of the others.
+		err = fmt.Errorf("%d addresses, fewer than the %d replicas of the view the state file saved: %w; the last view stands",
+			len(listed), s.expect, ErrSuspect)
+		s.fail(ctx, err, s.cfg.Interval)
+		return s.cfg.Interval
+	}
 	if err != nil {
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
@@ -474,16 +508,24 @@ func (s *DNS) fail(ctx context.Context, err error, retryIn time.Duration) {
 	v := *prev
 	v.LastError = scrubLen(err.Error())
 	v.Errors++
-	v.Fault = FaultError
-	if errors.Is(err, ErrNoRecords) {
+	switch {
+	case errors.Is(err, ErrNoRecords):
 		v.Fault = FaultNonePassing
+	case errors.Is(err, ErrSuspect):
+		v.Fault = FaultSuspect
+	default:
+		v.Fault = FaultError
 	}
 	s.publish(&v)
 	level := slog.LevelDebug
 	if v.Fault != prev.Fault {
 		level = slog.LevelWarn
 	}
-	s.log.Log(ctx, level, "dns membership: resolution failed; the last view stands",
+	msg := "dns membership: resolution failed; the last view stands"
+	if v.Fault == FaultSuspect {
+		msg = "dns membership: a first answer short of the saved view is suspect; the saved view stands"
+	}
+	s.log.Log(ctx, level, msg,
 		"name", s.cfg.Name, "error", v.LastError, "fault", v.Fault, "errors", v.Errors, "retry_in", retryIn.Round(time.Millisecond),
 		"total", v.Total, "weight", v.Weight)
 }
