@@ -328,7 +328,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			// this is the default view, and the only one.
 			s, err := membership.NewDNS(membership.DNSConfig{
 				Name: cfg.PeersDNS, Server: cfg.PeersDNSServer, Interval: cfg.PeersDNSInterval, Replicas: cfg.Replicas,
-				Initial: initial(d.snap, dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace),
+				Initial: initial(d.snap, dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace), UpstreamBy: cfg.UpstreamBy,
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the name itself
 			})
 			if err != nil {

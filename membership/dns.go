@@ -81,6 +81,13 @@ type DNSConfig struct {
 	// them counted for ten graces. 0 means DefaultGrace; a negative grace
 	// counts only the addresses of the last answer.
 	Grace time.Duration
+	// UpstreamBy, when set, says that the deployment is
+	// envoyproxy/ratelimit's, whose replicas shared one count in Redis,
+	// and names what made it so. Then an answer that counts one address,
+	// not this host's, is FaultUnshared, with a warning: most likely the
+	// name is a ClusterIP Service's or a load balancer's, not a headless
+	// Service's, and every replica enforces every limit whole.
+	UpstreamBy []string
 	// BackoffBase and BackoffMax shape the wait after the n-th failure in a
 	// row: a random duration in [c/2, c), c = min(BackoffMax,
 	// BackoffBase·2^(n-1)). Defaults DefaultDNSBackoffBase and
@@ -173,8 +180,9 @@ type DNS struct {
 	// own are this host's addresses, as last listed by localAddrs.
 	own map[netip.Addr]struct{}
 	// self: an answer has listed one of own, so this replica knows it is
-	// listed; assumed: it never has, and has said so.
-	self, assumed bool
+	// listed; assumed: it never has, and has said so. unsharedWarned: the
+	// warning of FaultUnshared was logged since an answer without it.
+	self, assumed, unsharedWarned bool
 	// expect is the replica count of the Initial view (0 without one):
 	// first answers are held to it from started on.
 	expect  int
@@ -401,13 +409,16 @@ func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.D
 	s.refreshOwn(ctx)
 	prev := s.view.Load()
 	wasSelf := s.self
-	n, local, _ := s.count(listed, now)
+	n, local, selfCounted := s.count(listed, now)
 	// n >= 1, and local is 0 or 1: a possible count.
 	w, _ := Weight(local, n)
 	v := &View{Source: "dns", Name: s.cfg.Name, Total: n, Local: local, TotalWeight: n, LocalWeight: local, Weight: w,
 		ObservedAt: now, Errors: prev.Errors}
-	if local == 0 {
+	switch {
+	case local == 0:
 		v.Fault = FaultAbsent
+	case len(s.cfg.UpstreamBy) > 0 && n == 1 && !selfCounted:
+		v.Fault = FaultUnshared
 	}
 	first := !s.answered
 	s.answered = true
@@ -462,6 +473,16 @@ func (s *DNS) count(listed map[netip.Addr]struct{}, now time.Time) (n, local int
 	return n, local, selfCounted
 }
 
+// onlyAddr is the address counted, when one is; "" otherwise.
+func (s *DNS) onlyAddr() string {
+	for a := range s.seen {
+		if len(s.seen) == 1 {
+			return a.String()
+		}
+	}
+	return ""
+}
+
 // refreshOwn lists this host's addresses again; on an error the last list
 // stands.
 func (s *DNS) refreshOwn(ctx context.Context) {
@@ -480,8 +501,10 @@ func (s *DNS) refreshOwn(ctx context.Context) {
 
 // logSelf says what an answer told this replica about itself: that it is
 // listed (the first time, and again after it was absent), that it is
-// absent (a warning when that begins), and that it assumes it is listed
-// (once). wasSelf is whether it knew it was listed before the answer.
+// absent (a warning when that begins), that it assumes it is listed (once),
+// and that one address not its own is likely no headless Service's (a
+// warning when that begins). wasSelf is whether it knew it was listed
+// before the answer.
 func (s *DNS) logSelf(v, prev *View, wasSelf bool) {
 	switch {
 	case v.Local == 0:
@@ -498,6 +521,20 @@ func (s *DNS) logSelf(v, prev *View, wasSelf bool) {
 		s.log.Info("dns membership: none of this host's addresses is listed, so this replica assumes it is listed under another (a Consul service address on another interface, a NATed address) or soon will be: it counts itself in, and cannot tell when it is not listed",
 			"name", s.cfg.Name, "total", v.Total)
 		s.assumed = true
+	}
+	if v.Fault != FaultUnshared {
+		s.unsharedWarned = false
+		return
+	}
+	if !s.unsharedWarned {
+		s.unsharedWarned = true
+		by := s.cfg.UpstreamBy
+		if len(by) > 3 {
+			by = append(by[:3:3], "...")
+		}
+		s.log.Warn("dns membership: the name resolves to one address, not this host's, so every replica counts 1 and enforces every limit whole. This is upstream's deployment ("+strings.Join(by, ", ")+
+			"), and the name is likely a ClusterIP Service's or a load balancer's address rather than the replicas': name a headless Service (clusterIP: None) selecting the replicas, or tasks.<service> in Docker swarm. If this replica is alone, nothing is wrong",
+			"name", s.cfg.Name, "address", s.onlyAddr(), "fault", FaultUnshared)
 	}
 }
 

@@ -86,10 +86,13 @@ const (
 	FaultAbsent = "absent"
 	// FaultError: any other failed query; the last view stands.
 	FaultError = "error"
-	// FaultUnshared: a static view of one replica where the deployment is
+	// FaultUnshared: a view of one replica where the deployment is
 	// envoyproxy/ratelimit's, whose replicas shared one count in Redis: if
 	// there are more replicas, each enforces every limit whole. The daemon
-	// sets it (it knows the deployment); the view stands as configured.
+	// sets it on a static view of one (it knows the deployment), and the
+	// DNS source on an answer of one address that is not this host's (a
+	// ClusterIP Service's, a load balancer's); the view stands as
+	// configured, or as answered.
 	FaultUnshared = "unshared"
 )
 
