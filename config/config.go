@@ -110,8 +110,9 @@ type Config struct {
 	MembershipHold time.Duration
 	// MembershipGrace is how long an instance that is not listed passing
 	// (failing its checks, not yet passing, or gone from the catalog)
-	// still counts after it was last seen passing or first seen; 0 counts
-	// only the instances listed passing.
+	// still counts after it was last seen passing or first seen, and a
+	// --peers-dns address after the last answer that listed it; 0 counts
+	// only the instances listed passing, or the last answer's addresses.
 	MembershipGrace time.Duration
 	// PeersDNS is the DNS name whose A and AAAA records are the replicas,
 	// "" for none; it excludes ConsulService and DomainServices.
@@ -328,7 +329,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.ConsulWeights, "consul-weights", true, "divide by the instances' Consul weights (Weights.Passing) instead of counting each instance 1")
 	fs.BoolVar(&c.ConsulCache, "consul-cache", true, "query through the local agent's cache (?cached), which Consul's streaming backend serves; falls back to plain blocking queries")
 	fs.Var(seconds{&c.MembershipHold}, "membership-hold", "how long a membership change that grows this replica's share must hold before it applies (a shrink applies at once); 0 = off")
-	fs.Var(seconds{&c.MembershipGrace}, "membership-grace", "how long a Consul instance that does not pass its checks (yet, or any more), or has left the catalog, still counts after it last passed or was first seen; 0 = count only instances listed passing")
+	fs.Var(seconds{&c.MembershipGrace}, "membership-grace", "how long a Consul instance that does not pass its checks (yet, or any more), or has left the catalog, still counts after it last passed or was first seen, and a --peers-dns address after the last answer that listed it; 0 = count only instances listed passing, or the addresses of the last answer")
 	fs.StringVar(&c.ShareMode, "share-mode", ShareCluster, "how limits without share: in their YAML are divided: cluster (by membership) or demand (by each replica's demand; per-value rules for their hottest values)")
 	fs.StringVar(&c.DemandPrefix, "demand-prefix", "sharelimit/demand/", "Consul KV prefix for demand reports and the leader's share parameters")
 	fs.Var(seconds{&c.DemandInterval}, "demand-interval", "how often, at most, a replica writes its demand to Consul")
