@@ -319,9 +319,15 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := kv.Acquire(&api.KVPair{Key: keys.Report("node-1"), Value: stale, Session: dead}, nil); err != nil || !ok {
-		t.Fatalf("the stale report: %v %v", ok, err)
-	}
+	// Consul refuses the lock for the lock-delay (1 ms) after the shut
+	// down process's session was destroyed: a stop that fast meets it.
+	waitUntil(t, 5*time.Second, "the stale report is written under the dead session", func() bool {
+		ok, _, err := kv.Acquire(&api.KVPair{Key: keys.Report("node-1"), Value: stale, Session: dead}, nil)
+		if err != nil {
+			t.Fatalf("the stale report: %v", err)
+		}
+		return ok
+	})
 	w.during(time.Second, nil) // the leader divides with the stale report
 	restarted := startDemandDaemon(t, "node-1", true)
 	mu.Lock()
