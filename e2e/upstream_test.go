@@ -209,7 +209,7 @@ func TestUpstreamDeploymentEnvironment(t *testing.T) {
 	log, _ := os.ReadFile(p.log)
 	var warning string
 	for _, line := range strings.Split(string(log), "\n") {
-		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "upstream variables ignored") {
+		if strings.Contains(line, `"level":"warning"`) && strings.Contains(line, "upstream variables ignored") {
 			if warning != "" {
 				t.Errorf("more than one ignored-variables warning:\n%s\n%s", warning, line)
 			}
