@@ -104,3 +104,22 @@ func TestServiceLinksAreNotUpstreams(t *testing.T) {
 		t.Fatalf("GRPC_PORT=9081 beside GRPC_SERVICE_HOST: %v, grpc=%s", err, c.GRPCAddr)
 	}
 }
+
+// TestDockerLinksAreNotUpstreams: Docker's legacy --link gives
+// <ALIAS>_PORT=tcp://ip:port without a _SERVICE_HOST; read as unset, as a
+// Kubernetes service link is.
+func TestDockerLinksAreNotUpstreams(t *testing.T) {
+	for _, environ := range [][]string{
+		{"STATSD_PORT=tcp://172.17.0.2:8125", "STATSD_PORT_8125_TCP=tcp://172.17.0.2:8125", "STATSD_NAME=/rl/statsd"},
+		{"DEBUG_PORT=tcp://172.17.0.3:6070", "DEBUG_NAME=/rl/debug"},
+		{"GRPC_PORT=udp://172.17.0.4:8081"},
+	} {
+		c, err := ParseEnviron("serve", nil, environ, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", environ, err)
+		}
+		if len(c.UpstreamBy) > 0 || c.GRPCAddr != "127.0.0.1:8081" || c.DebugAddr != "" {
+			t.Errorf("%v: UpstreamBy=%v grpc=%s debug=%q", environ, c.UpstreamBy, c.GRPCAddr, c.DebugAddr)
+		}
+	}
+}

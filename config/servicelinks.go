@@ -13,16 +13,24 @@ import (
 // of those names are upstream's (GRPC_PORT, DEBUG_PORT, STATSD_PORT), or in
 // its families (REDIS_*). Nobody set them, and upstream itself could not
 // parse GRPC_PORT=tcp://..., so they are read as unset: they neither put the
-// daemon in upstream's mode nor set, refuse or warn about anything.
+// daemon in upstream's mode nor set, refuse or warn about anything. Docker's
+// legacy --link sets the same port forms (STATSD_PORT=tcp://172.17.0.2:8125)
+// without a _SERVICE_HOST; a _PORT variable holding proto://ip:port is read
+// as unset too.
 
 // linkPort is the tail of a port variable after its service prefix.
 var linkPort = regexp.MustCompile(`^_PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?$`)
 
 // serviceLink reports whether name, set to value, is a Kubernetes service
-// link: a variable of the Service whose <PREFIX>_SERVICE_HOST is set too.
+// link (a variable of the Service whose <PREFIX>_SERVICE_HOST is set too), or
+// a port link of Docker's legacy --link, which sets <ALIAS>_PORT and
+// <ALIAS>_PORT_<n>_<PROTO>... to proto://ip:port with no _SERVICE_HOST.
 func serviceLink(name, value string, getenv func(string) string) bool {
 	if p, ok := strings.CutSuffix(name, "_SERVICE_HOST"); ok && p != "" {
 		return true
+	}
+	if strings.Contains(name, "_PORT") && linkURL(value) {
+		return true // no port or host variable of upstream's takes a URL
 	}
 	for i := strings.Index(name, "_"); i > 0; i = nextUnderscore(name, i) {
 		prefix, tail := name[:i], name[i:]
