@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +28,13 @@ type Config struct {
 	GRPCAddr    string
 	HTTPAddr    string
 	AllowRemote bool
+
+	// LocalHTTPAddr is a loopback listener serving every admin page, for an
+	// admin listener (HTTPAddr) beyond loopback, which serves other hosts
+	// only /healthcheck and /json, as upstream's admin port. Parse sets it
+	// to DefaultLocalHTTPAddr when HTTPAddr is beyond loopback and nothing
+	// names it; "" is none.
+	LocalHTTPAddr string
 
 	// DebugAddr is a second admin listener, as upstream's DEBUG_HOST:DEBUG_PORT;
 	// empty means none.
@@ -207,6 +215,10 @@ const (
 	ConfigXDS  = "GRPC_XDS_SOTW" // rules from an xDS management server (state of the world)
 )
 
+// DefaultLocalHTTPAddr is --local-http-addr when --http-addr is beyond
+// loopback and nothing names it: beside upstream's 8080 and 8081.
+const DefaultLocalHTTPAddr = "127.0.0.1:8082"
+
 // EnvPrefix starts every variable that mirrors a flag.
 const EnvPrefix = "SHARELIMIT_"
 
@@ -290,6 +302,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.AllowRemote, "allow-remote", false, "allow listening on non-loopback addresses (logged as a warning)")
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate for gRPC TLS (with --grpc-tls-key)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", "", "PEM private key for gRPC TLS")
+	fs.StringVar(&c.LocalHTTPAddr, "local-http-addr", "", "a loopback listener serving every admin page (status page, /rlconfig, /metrics, pprof), for an --http-addr beyond loopback, which serves other hosts only /healthcheck and /json; default then "+DefaultLocalHTTPAddr)
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "a second admin listener (pprof, /rlconfig, ...), as upstream's debug port; empty = none")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "a listener that serves only metrics, at --metrics-path: upstream's ratelimit_service_* series and every sharelimit_* series (upstream's USE_PROMETHEUS); it may be beyond loopback without --allow-remote; empty = none")
 	fs.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "the path of --metrics-addr's metrics")
@@ -450,6 +463,10 @@ func parse(name string, args []string, getenv func(string) string, names []strin
 	c.LogFormat = strings.ToLower(c.LogFormat) // text or json in any case, as LOG_FORMAT
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if host, _, err := net.SplitHostPort(c.HTTPAddr); err == nil && !IsLoopback(host) && !given["local-http-addr"] && !strings.HasPrefix(c.HTTPAddr, "unix:") {
+		c.LocalHTTPAddr = DefaultLocalHTTPAddr
+	}
+
 	if n, ok := upstreamDefaultDir(c, given["config-dir"], isDir); ok {
 		notices = append(notices, n)
 	}

@@ -244,6 +244,7 @@ func TestUpstreamTypicalDeployment(t *testing.T) {
 	want.HTTPAddr = "0.0.0.0:8080"
 	want.GRPCAddr = "0.0.0.0:8081"
 	want.DebugAddr = "0.0.0.0:6070"
+	want.LocalHTTPAddr = "127.0.0.1:8082" // every admin page, on loopback
 	want.AllowRemote = true
 	want.UpstreamBy = []string{"GRPC_PORT", "DEBUG_PORT", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES", "REDIS_SOCKET_TYPE", "REDIS_URL", "USE_STATSD"}
 	want.LogLevel = "debug"

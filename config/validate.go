@@ -34,6 +34,12 @@ func (c *Config) Validate() error {
 	if c.DebugAddr != "" {
 		listeners = append(listeners, struct{ flag, addr string }{"debug-addr", c.DebugAddr})
 	}
+	if c.LocalHTTPAddr != "" {
+		listeners = append(listeners, struct{ flag, addr string }{"local-http-addr", c.LocalHTTPAddr})
+		if host, _, err := net.SplitHostPort(c.LocalHTTPAddr); err == nil && !IsLoopback(host) {
+			bad("local-http-addr", "%s is not a loopback address: it serves every admin page, pprof included", host)
+		}
+	}
 	if c.MetricsAddr != "" {
 		listeners = append(listeners, struct{ flag, addr string }{"metrics-addr", c.MetricsAddr})
 	}

@@ -61,6 +61,10 @@ type Daemon struct {
 	// debug endpoints (server.Admin.DebugHandler); nil when not asked for.
 	debug    *http.Server
 	debugLis net.Listener
+	// The loopback admin listener (--local-http-addr): every admin page,
+	// beside an admin listener beyond loopback; nil when there is none.
+	local    *http.Server
+	localLis net.Listener
 	// The metrics listener (--metrics-addr, upstream's PROMETHEUS_ADDR):
 	// upstream's series and sharelimit's (metricsServer); nil when not
 	// asked for.
@@ -176,10 +180,14 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	d.markMembership()
 	admin := d.admin.Handler()
 	if host, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && !config.IsLoopback(host) {
-		admin = d.admin.BeyondLoopback() // as upstream's 8080: /healthcheck and /json
+		admin = d.admin.BeyondLoopback(cfg.LocalHTTPAddr) // as upstream's 8080: /healthcheck and /json
 	}
 	d.http = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"version", version, "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String()}
+	if d.localLis != nil {
+		d.local = &http.Server{Handler: d.admin.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		attrs = append(attrs, "local_http", d.localLis.Addr().String())
+	}
 	if d.debugLis != nil {
 		d.debug = &http.Server{Handler: d.admin.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}
 		attrs = append(attrs, "debug", d.debugLis.Addr().String())
@@ -336,10 +344,17 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			}
 			v.dns, v.name, first = s, cfg.PeersDNS, s.View()
 		}
-		if v.watched() && cfg.MembershipHold > 0 {
+		// A DNS view's peers see a change up to one --peers-dns-interval
+		// (and a lookup's timeout) after this replica: its grows wait
+		// that too, even with --membership-hold 0.
+		var lag time.Duration
+		if v.dns != nil {
+			lag = v.dns.PeersLag()
+		}
+		if v.watched() && (cfg.MembershipHold > 0 || lag > 0) {
 			var err error
 			if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-				Hold: cfg.MembershipHold, OnUpdate: v.publish,
+				Hold: cfg.MembershipHold, PeersLag: lag, OnUpdate: v.publish,
 				Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
 			}); err != nil {
 				return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)
@@ -401,6 +416,14 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		}
 		return nil
 	})
+	if d.local != nil {
+		g.Go(func() error {
+			if err := d.local.Serve(d.localLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("loopback admin server: %w", err)
+			}
+			return nil
+		})
+	}
 	if d.debug != nil {
 		g.Go(func() error {
 			if err := d.debug.Serve(d.debugLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -490,7 +513,7 @@ func (d *Daemon) restore(set *descriptors.Set) {
 // metrics servers.
 func (d *Daemon) httpServers() []*http.Server {
 	out := []*http.Server{d.http}
-	for _, s := range []*http.Server{d.debug, d.metricsSrv} {
+	for _, s := range []*http.Server{d.local, d.debug, d.metricsSrv} {
 		if s != nil {
 			out = append(out, s)
 		}

@@ -18,6 +18,12 @@ func (d *Daemon) listen() error {
 		d.closeListeners()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	if d.cfg.LocalHTTPAddr != "" {
+		if d.localLis, err = net.Listen("tcp", d.cfg.LocalHTTPAddr); err != nil {
+			d.closeListeners()
+			return fmt.Errorf("loopback admin listener: %w", err)
+		}
+	}
 	if d.cfg.DebugAddr != "" {
 		if d.debugLis, err = net.Listen("tcp", d.cfg.DebugAddr); err != nil {
 			d.closeListeners()
@@ -36,7 +42,7 @@ func (d *Daemon) listen() error {
 // closeListeners closes every listener open, for a start that fails after
 // listen: a daemon New does not return must leave nothing open.
 func (d *Daemon) closeListeners() {
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.debugLis, d.metricsLis} {
+	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.localLis, d.debugLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}

@@ -166,6 +166,11 @@ func TestMigration(t *testing.T) {
 				}
 			}
 
+			// ... and the loopback admin listener serves them all.
+			if code, body, err := httpGet("http://127.0.0.1:8082/rlconfig"); err != nil || code != 200 || !strings.Contains(body, "membership: source=") {
+				t.Errorf("/rlconfig on the loopback admin listener 127.0.0.1:8082: %d %v\n%s", code, err, body)
+			}
+
 			// The image's HEALTHCHECK, in the container's environment.
 			hc := exec.Command(root.path(img.healthcheck[0]), img.healthcheck[1:]...)
 			hc.Env = root.mapEnv(env)

@@ -3,7 +3,6 @@ package server
 import (
 	"html/template"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"sort"
@@ -365,28 +364,21 @@ func (a *Admin) Snapshot() Config {
 func trimFloat(f float64, prec int) string { return strconv.FormatFloat(f, 'g', prec, 64) }
 
 // BeyondLoopback is the admin handler for a listener that is not on
-// loopback. There it serves, as upstream's admin port does, /healthcheck and
-// /json alone to other hosts; every other page (the status page, /rlconfig,
-// /metrics, pprof) only to loopback clients, such as kubectl port-forward or
-// the image's own healthcheck. Other hosts get 404 with a line saying so.
-func (a *Admin) BeyondLoopback() http.Handler {
+// loopback. There it serves what upstream's admin port serves, /healthcheck
+// and /json, and nothing else, to every client: a client's address cannot
+// tell the pod's own processes from a service mesh's sidecar, which forwards
+// other pods' requests from loopback (Istio's 127.0.0.6). Every other page
+// (the status page, /rlconfig, /metrics, pprof) is on the loopback admin
+// listener, local (--local-http-addr), which the 404 names.
+func (a *Admin) BeyondLoopback(local string) http.Handler {
 	full := a.Handler()
+	msg := "404 not found: beyond loopback this listener serves only /healthcheck and /json, as upstream's admin port; " +
+		"every other page is on the loopback admin listener " + local + " (kubectl port-forward reaches it)"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthcheck" || r.URL.Path == "/json" || loopbackClient(r.RemoteAddr) {
+		if r.URL.Path == "/healthcheck" || r.URL.Path == "/json" {
 			full.ServeHTTP(w, r)
 			return
 		}
-		http.Error(w, "404 not found: beyond loopback this listener serves only /healthcheck and /json, as upstream's admin port; "+
-			"reach the other pages from loopback (kubectl port-forward), or scrape metrics from --metrics-addr", http.StatusNotFound)
+		http.Error(w, msg, http.StatusNotFound)
 	})
-}
-
-// loopbackClient reports whether a request's remote address is loopback.
-func loopbackClient(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
