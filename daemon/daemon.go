@@ -344,17 +344,10 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			}
 			v.dns, v.name, first = s, cfg.PeersDNS, s.View()
 		}
-		// A DNS view's peers see a change up to one --peers-dns-interval
-		// (and a lookup's timeout) after this replica: its grows wait
-		// that too, even with --membership-hold 0.
-		var lag time.Duration
-		if v.dns != nil {
-			lag = v.dns.PeersLag()
-		}
-		if v.watched() && (cfg.MembershipHold > 0 || lag > 0) {
+		if v.watched() && cfg.MembershipHold > 0 {
 			var err error
 			if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-				Hold: cfg.MembershipHold, PeersLag: lag, OnUpdate: v.publish,
+				Hold: cfg.MembershipHold, OnUpdate: v.publish,
 				Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
 			}); err != nil {
 				return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)
