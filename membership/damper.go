@@ -30,6 +30,14 @@ type DamperConfig struct {
 	// --membership-hold 0) builds no Damper and subscribes to the source
 	// directly. Negative is an error.
 	Hold time.Duration
+	// PeersLag is how much later than this replica its peers may see the
+	// same change: 0 for a source whose replicas all watch one catalog
+	// (Consul: milliseconds), DNS.PeersLag for a DNS source, whose peers
+	// each resolve the name on their own Interval. When it is positive,
+	// every grow waits Hold + PeersLag (Hold may then be 0), and a view
+	// that counts this replica again after FaultAbsent is held like any
+	// other grow rather than applied at once. Negative is an error.
+	PeersLag time.Duration
 	// OnUpdate, if set, receives the view in force after every Update, and
 	// whenever a held view takes effect. Views reach it in order. It must
 	// return quickly; it may call the Damper's View and Pending.
@@ -58,6 +66,9 @@ type DamperConfig struct {
 // A view that counts this replica when the view in force did not
 // (FaultAbsent) also applies at once: the peers that count it shrink at once
 // to leave it its share, so holding it back would only leave that unused.
+// That holds for a source whose peers see a change when this replica does;
+// with a PeersLag (DNS) they see it up to PeersLag later, so such a view is
+// held like any other grow, for Hold + PeersLag.
 //
 // Views never confirmed by their source (a zero ObservedAt: the --replicas
 // guess, with errors counted before Consul first answers) pass through as
@@ -78,6 +89,9 @@ type Damper struct {
 	clock     func() time.Time
 	afterFunc func(time.Duration, func()) func() bool
 	maxWindow int // tests shrink it
+	// recountAtOnce: a view counting this replica again after FaultAbsent
+	// applies at once (no PeersLag).
+	recountAtOnce bool
 
 	running atomic.Bool
 
@@ -113,8 +127,8 @@ type span struct {
 // until the first view arrived.
 func NewDamper(initial View, cfg DamperConfig) (*Damper, error) {
 	var errs []error
-	if cfg.Hold < 0 {
-		errs = append(errs, fmt.Errorf("new membership damper: hold %s is negative", cfg.Hold))
+	if cfg.Hold < 0 || cfg.PeersLag < 0 {
+		errs = append(errs, fmt.Errorf("new membership damper: hold %s or peers' lag %s is negative", cfg.Hold, cfg.PeersLag))
 	}
 	if !validWeight(initial.Weight) {
 		errs = append(errs, fmt.Errorf("new membership damper: initial weight %v is outside (0, 1]", initial.Weight))
@@ -124,11 +138,12 @@ func NewDamper(initial View, cfg DamperConfig) (*Damper, error) {
 	}
 	d := &Damper{
 		hold: cfg.Hold, onUpdate: cfg.OnUpdate, log: cfg.Logger, clock: cfg.Clock, afterFunc: cfg.AfterFunc,
-		maxWindow: defaultMaxWindow, latest: initial, inForce: initial,
+		maxWindow: defaultMaxWindow, latest: initial, inForce: initial, recountAtOnce: cfg.PeersLag == 0,
 	}
-	if d.hold == 0 {
+	if d.hold == 0 && cfg.PeersLag == 0 {
 		d.hold = DefaultHold
 	}
+	d.hold += cfg.PeersLag
 	if !initial.ObservedAt.IsZero() {
 		// Seen already: what grows from it waits its Hold.
 		d.confirmed = true
@@ -188,7 +203,7 @@ func (d *Damper) Update(v View) {
 	case !d.confirmed:
 		d.confirmed = true
 		d.window = append(d.window[:0], span{view: v})
-	case d.inForce.Local == 0 && v.Local > 0:
+	case d.recountAtOnce && d.inForce.Local == 0 && v.Local > 0:
 		// Counted again, or for the first time (a newcomer registered): its
 		// peers, watching the same catalog, shrink at once to leave it this
 		// share, so it takes it at once too. Held, the grow would only

@@ -70,7 +70,9 @@ type DNSConfig struct {
 	// lists fewer addresses than it counted replicas is suspect
 	// (FaultSuspect) and the view stands, for up to ten graces after Run
 	// starts, as the Consul source holds its first answers. One that is
-	// not a possible DNS view is ignored.
+	// not a possible DNS view is ignored. One with Local 0 says that this
+	// replica had seen its host's address listed and knew it was absent:
+	// it stays absent until an answer lists one of its addresses again.
 	Initial *View
 	// Grace is how long an address still counts after the last answer
 	// that listed it (--membership-grace), as the Consul source counts an
@@ -148,7 +150,7 @@ type DNSConfig struct {
 // failed (anything but a name or type with no record) is such an error:
 // the family that answered is not the count. A Damper in front of it
 // applies a count that grows (a share that shrinks) at once, and holds one
-// that falls.
+// that falls, for its hold plus PeersLag.
 //
 // View is safe for concurrent use and never blocks. Run must be called
 // once, by the owner of the source. DNS has no useful zero value; use
@@ -212,6 +214,10 @@ func NewDNS(cfg DNSConfig) (*DNS, error) {
 			in.TotalWeight == in.Total && in.LocalWeight == in.Local {
 			v = View{Source: "dns", Total: in.Total, Local: in.Local, TotalWeight: in.Total, LocalWeight: in.Local, Weight: w}
 			s.expect = in.Total
+			// Absent before the restart: it had seen its host's address
+			// listed, and knew when it no longer was. It stays absent
+			// until an answer lists that address again.
+			s.self = in.Local == 0
 		}
 	}
 	v.Name = cfg.Name
@@ -348,6 +354,22 @@ func interfaceAddrs() ([]netip.Addr, error) {
 // use.
 func (s *DNS) View() View { return *s.view.Load() }
 
+// PeersLag is how much later than this replica a peer may see a change of
+// the answer, and the DamperConfig.PeersLag of a Damper in front of s: one
+// Interval plus one Timeout. Each replica resolves on its own phase, so a
+// peer's last answer listing a replica may come up to one Interval (and a
+// lookup's Timeout) before that replica's own. A peer then drops a
+// delisted replica, a grace after its last answer listing it, up to
+// PeersLag before the replica itself, a grace after its own, knows it is
+// absent; and a replica listed again counts itself up to PeersLag before
+// its peers count it. Holding every grow for --membership-hold +
+// PeersLag (rather than letting a replica's own address expire PeersLag
+// early, which leaves the second case open) keeps the sum of the weights
+// in force at most 1 in both, as long as peers resolve on their Interval;
+// a DNS cache's TTL, and a resolver that fails and backs off, add their
+// own lag, which this does not cover.
+func (s *DNS) PeersLag() time.Duration { return s.cfg.Interval + s.cfg.Timeout }
+
 // Run resolves the name every Interval until ctx is done, then returns
 // nil. Errors never end it: the last view stands while it retries. It
 // returns ErrDNSRunning if called again while, or after, it runs.
@@ -442,8 +464,9 @@ func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.D
 // count takes an answer's addresses at now and returns the replicas it
 // counts: every address listed, and every address listed within the grace
 // (ten graces while the answer lists fewer than half of those
-// remembered); local, 1 unless this replica knows it is listed and none of
-// its host's addresses counts; and whether one of them counts. An answer
+// remembered, but never for this host's own addresses); local, 1 unless
+// this replica knows it is listed and none of its host's addresses counts;
+// and whether one of them counts. An answer
 // that lists one of its host's addresses tells it that it is listed.
 func (s *DNS) count(listed map[netip.Addr]struct{}, now time.Time) (n, local int, selfCounted bool) {
 	for a := range listed {
@@ -457,12 +480,23 @@ func (s *DNS) count(listed map[netip.Addr]struct{}, now time.Time) (n, local int
 		grace *= panicGraces
 	}
 	for a, last := range s.seen {
-		if _, ok := listed[a]; !ok && now.Sub(last) >= grace {
+		_, mine := s.own[a]
+		g := grace
+		if mine {
+			// Never ten graces for this host's own addresses: whether an
+			// answer is short of half the memory is each replica's own
+			// judgment, and a peer that does not judge so drops this
+			// replica one grace after its last answer listing it. This
+			// replica must know it is absent by then; out of its own
+			// count, it only gets tighter.
+			g = s.cfg.Grace
+		}
+		if _, ok := listed[a]; !ok && now.Sub(last) >= g {
 			delete(s.seen, a)
 			continue
 		}
 		n++
-		if _, ok := s.own[a]; ok {
+		if mine {
 			selfCounted = true
 		}
 	}
