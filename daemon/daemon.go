@@ -296,7 +296,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 				"service", cfg.ConsulService)
 		}
 	}
-	if cfg.PeersDNS != "" && cfg.Replicas == 1 && initial(d.snap, dnsKey(cfg.PeersDNS)) == nil {
+	if cfg.PeersDNS != "" && cfg.Replicas == 1 && d.savedView(dnsKey(cfg.PeersDNS)) == nil {
 		// As with Consul: until the name first resolves, --replicas
 		// stands, unless the state file saved a view.
 		d.log.Warn("membership: --replicas is 1, so until --peers-dns first resolves this replica enforces every limit whole; set --replicas to the replica count you expect",
@@ -322,7 +322,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		if v.service != "" {
 			c, err := membership.NewConsul(membership.ConsulConfig{
 				Service: v.service, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
-				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas, Initial: initial(d.snap, v.service),
+				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas, Initial: d.savedView(v.service),
 				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
 				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache, Grace: grace(cfg.MembershipGrace),
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the service itself
@@ -336,7 +336,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			// this is the default view, and the only one.
 			s, err := membership.NewDNS(membership.DNSConfig{
 				Name: cfg.PeersDNS, Server: cfg.PeersDNSServer, Interval: cfg.PeersDNSInterval, Replicas: cfg.Replicas,
-				Initial: initial(d.snap, dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace), UpstreamBy: cfg.UpstreamBy,
+				Initial: d.savedView(dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace), UpstreamBy: cfg.UpstreamBy,
 				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the name itself
 			})
 			if err != nil {
@@ -344,10 +344,17 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			}
 			v.dns, v.name, first = s, cfg.PeersDNS, s.View()
 		}
-		if v.watched() && cfg.MembershipHold > 0 {
+		// A DNS view's peers see a change up to one --peers-dns-interval
+		// (and a lookup's timeout) after this replica: its grows wait
+		// that too, even with --membership-hold 0.
+		var lag time.Duration
+		if v.dns != nil {
+			lag = v.dns.PeersLag()
+		}
+		if v.watched() && (cfg.MembershipHold > 0 || lag > 0) {
 			var err error
 			if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-				Hold: cfg.MembershipHold, OnUpdate: v.publish,
+				Hold: cfg.MembershipHold, PeersLag: lag, OnUpdate: v.publish,
 				Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
 			}); err != nil {
 				return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)

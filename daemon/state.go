@@ -45,6 +45,11 @@ type keeper struct {
 	restored    prometheus.Gauge
 	restoreTime prometheus.Gauge
 
+	// oldViews are the views of a file older than --state-max-age that
+	// are no looser than --replicas: they stand until their sources
+	// answer, as a younger file's do, while its buckets are dropped.
+	oldViews []state.View
+
 	// lastErr is the last write's error, "" after a success: a failure
 	// logs at ERROR when its cause changes, not on every checkpoint, since
 	// a read-only directory fails every --state-interval the same way.
@@ -74,7 +79,8 @@ func newKeeper(d *Daemon, reg prometheus.Registerer) *keeper {
 
 // load reads the snapshot, or returns nil: no file, a file too old, or a
 // bad one (one warning and the metric). Whatever it returns nil for, the
-// daemon starts as it would without --state-file.
+// daemon starts as it would without --state-file, except that of a file
+// too old it keeps the views no looser than --replicas (savedView).
 func (k *keeper) load(now time.Time) *state.Snapshot {
 	k.removeTemps()
 	k.probe()
@@ -96,7 +102,18 @@ func (k *keeper) load(now time.Time) *state.Snapshot {
 			"path", k.path, "written", s.Written, "ahead", -age)
 		return nil
 	case age > k.maxAge:
-		k.d.log.Info("state file older than --state-max-age; starting with full buckets", "path", k.path, "age", age, "max_age", k.maxAge)
+		// A count of replicas does not go stale the way tokens do: a
+		// saved view that divides at least as finely as --replicas is
+		// tighter than --replicas whatever its age, and it stands
+		// until the source answers, as a younger file's does.
+		w := 1 / float64(max(k.d.cfg.Replicas, 1))
+		for _, v := range s.Views {
+			if v.Weight > 0 && v.Weight <= w {
+				k.oldViews = append(k.oldViews, v)
+			}
+		}
+		k.d.log.Info("state file older than --state-max-age; starting with full buckets", "path", k.path, "age", age, "max_age", k.maxAge,
+			"views_restored", len(k.oldViews))
 		return nil
 	}
 	if !k.d.engine.SetSeed(s.Seed) {
@@ -166,6 +183,17 @@ func initial(s *state.Snapshot, key string) *membership.View {
 		}
 	}
 	return nil
+}
+
+// savedView is the saved view under key, to stand until the source first
+// answers: the snapshot's, or else one of a file older than
+// --state-max-age that is no looser than --replicas; nil when there is
+// none.
+func (d *Daemon) savedView(key string) *membership.View {
+	if v := initial(d.snap, key); v != nil || d.state == nil {
+		return v
+	}
+	return initial(&state.Snapshot{Header: state.Header{Views: d.state.oldViews}}, key)
 }
 
 // dnsKey is the key a DNS view of name is saved under: one of its own, so
