@@ -85,10 +85,14 @@ type DNSConfig struct {
 	Grace time.Duration
 	// UpstreamBy, when set, says that the deployment is
 	// envoyproxy/ratelimit's, whose replicas shared one count in Redis,
-	// and names what made it so. Then an answer that counts one address,
-	// not this host's, is FaultUnshared, with a warning: most likely the
-	// name is a ClusterIP Service's or a load balancer's, not a headless
-	// Service's, and every replica enforces every limit whole.
+	// and names what made it so. There a replica is listed under its own
+	// address (a pod's, a container's), so an answer that lists none of
+	// this host's addresses, from a replica that has never seen one
+	// listed, is FaultUnshared, with a warning: most likely the name is a
+	// ClusterIP Service's (one address, or two when dual-stack) or a load
+	// balancer's, not a headless Service's, and the count says nothing of
+	// the replicas: with one address, every replica enforces every limit
+	// whole.
 	UpstreamBy []string
 	// BackoffBase and BackoffMax shape the wait after the n-th failure in a
 	// row: a random duration in [c/2, c), c = min(BackoffMax,
@@ -439,7 +443,7 @@ func (s *DNS) observe(ctx context.Context, addrs []netip.Addr, err error) time.D
 	switch {
 	case local == 0:
 		v.Fault = FaultAbsent
-	case len(s.cfg.UpstreamBy) > 0 && n == 1 && !selfCounted:
+	case len(s.cfg.UpstreamBy) > 0 && !selfCounted && !s.self:
 		v.Fault = FaultUnshared
 	}
 	first := !s.answered
@@ -566,8 +570,8 @@ func (s *DNS) logSelf(v, prev *View, wasSelf bool) {
 		if len(by) > 3 {
 			by = append(by[:3:3], "...")
 		}
-		s.log.Warn("dns membership: the name resolves to one address, not this host's, so every replica counts 1 and enforces every limit whole. This is upstream's deployment ("+strings.Join(by, ", ")+
-			"), and the name is likely a ClusterIP Service's or a load balancer's address rather than the replicas': name a headless Service (clusterIP: None) selecting the replicas, or tasks.<service> in Docker swarm. If this replica is alone, nothing is wrong",
+		s.log.Warn("dns membership: the name resolves to none of this host's addresses, so its count is not the replicas' (with one address, every replica enforces every limit whole). This is upstream's deployment ("+strings.Join(by, ", ")+
+			"), and the name is likely a ClusterIP Service's or a load balancer's address rather than the replicas': name a headless Service (clusterIP: None) selecting the replicas, or tasks.<service> in Docker swarm",
 			"name", s.cfg.Name, "address", s.onlyAddr(), "fault", FaultUnshared)
 	}
 }

@@ -24,11 +24,14 @@ func TestDNSOneForeignAddressIsUnshared(t *testing.T) {
 	for _, st := range []step{
 		{name: "one address, not this host's", addrs: addrs("10.96.0.10"), total: 1, local: 1, fault: FaultUnshared, warn: true},
 		{name: "again: no second warning", after: 5 * time.Second, addrs: addrs("10.96.0.10"), total: 1, local: 1, fault: FaultUnshared},
+		{name: "a dual-stack ClusterIP: two addresses, neither this host's", after: 5 * time.Second, addrs: addrs("10.96.0.10", "fd00:96::10"), total: 2, local: 1, fault: FaultUnshared},
 		{name: "the pods' addresses", after: 5 * time.Second, addrs: addrs("10.1.0.5", "10.1.0.6"), total: 2, local: 1},
 		{name: "this host's address alone", after: 5 * time.Second, addrs: addrs("10.1.0.5"), total: 1, local: 1},
 	} {
 		st.run(t, s, clk, &logs)
 	}
+	// Once this replica has seen its own address listed, a later answer
+	// without it is absence (FaultAbsent, after the grace), not a VIP.
 	for _, want := range []string{"ClusterIP", "headless", "tasks.", "every limit whole", "REDIS_URL"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs do not say %q:\n%s", want, logs.String())
