@@ -168,6 +168,7 @@ func TestUpstreamDeploymentEnvironment(t *testing.T) {
 		"GRPC_PORT=" + port(grpcAddr),
 		"PORT=" + port(httpAddr),
 		"DEBUG_PORT=" + port(debugAddr),
+		"SHARELIMIT_LOCAL_HTTP_ADDR=" + freePort(t), // not the fixed default, 127.0.0.1:8082
 	}
 	p := startProc(t, env)
 	p.awaitHealthy(t, "/healthcheck on PORT", httpAddr)

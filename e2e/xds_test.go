@@ -109,9 +109,14 @@ func xdsRules(rpu int, extra string) string {
 // changed limit keeps the spent bucket spent.
 func TestXDSManagementServer(t *testing.T) {
 	srv := startXDSServer(t, "127.0.0.1:0")
-	grpcAddr, httpAddr := freePort(t), freePort(t)
+	grpcAddr, httpAddr, localAddr, debugAddr := freePort(t), freePort(t), freePort(t), freePort(t)
 	p := startProc(t, []string{
 		"PATH=" + os.Getenv("PATH"),
+		// Upstream's environment puts the admin port beyond loopback,
+		// where it serves /healthcheck and /json alone: sharelimit's
+		// /rlconfig is on the loopback admin listener.
+		"SHARELIMIT_LOCAL_HTTP_ADDR=" + localAddr,
+		"DEBUG_PORT=" + port(debugAddr),
 		"CONFIG_TYPE=GRPC_XDS_SOTW",
 		"CONFIG_GRPC_XDS_SERVER_URL=" + srv.xds,
 		"CONFIG_GRPC_XDS_NODE_ID=edge-node",
@@ -122,7 +127,7 @@ func TestXDSManagementServer(t *testing.T) {
 		"LOG_FORMAT=json",
 	})
 	rlconfig := func() string {
-		_, body, _ := httpGet("http://" + httpAddr + "/rlconfig")
+		_, body, _ := httpGet("http://" + localAddr + "/rlconfig")
 		return body
 	}
 	awaitRlconfig := func(what string, parts ...string) {
