@@ -4,10 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"hash/fnv"
 	"math"
-	"slices"
+
+	"github.com/sharelimit/sharelimit/internal/record"
 )
 
 // Wire format, shared by reports and parameters:
@@ -18,7 +17,8 @@ import (
 //	body                     (below)
 //	crc     CRC-32C          4 bytes, little endian, of everything before it
 //
-// Integers in the body are unsigned varints, times are signed varints (Unix
+// The framing (magic, version, checksum) and its checks are internal/record's,
+// shared with package state. Integers in the body are unsigned varints, times are signed varints (Unix
 // nanoseconds), rates are float32 bits (4 bytes, little endian: seven digits
 // are more than a smoothed rate carries; the division's figures are rounded
 // toward zero, so what the replicas read is never looser than what the leader
@@ -78,162 +78,6 @@ const (
 // ErrFormat marks bytes that are not a valid report or parameter set.
 var ErrFormat = errors.New("demand: bad encoding")
 
-// RuleID names a demand-shared rule the same way in every replica: FNV-1a of
-// the rule's identity (its domain, path and limit), so two replicas whose
-// config differs for a rule never read each other's figures for it.
-type RuleID uint64
-
-// RuleIDOf is the RuleID of a rule identity.
-func RuleIDOf(identity string) RuleID {
-	h := fnv.New64a()
-	h.Write([]byte(identity))
-	return RuleID(h.Sum64())
-}
-
-// Report is what one replica publishes: its demand per rule.
-type Report struct {
-	Seq   uint64 // increases with every report of a process
-	At    int64  // the writer's wall clock, Unix nanoseconds
-	Units uint32 // the replica's weight units
-	Node  string
-	Rules []RuleDemand // sorted by ID
-}
-
-// RuleDemand is one rule's figures in a report, per second, smoothed.
-type RuleDemand struct {
-	ID       RuleID
-	Offered  float64 // tokens asked for, admitted or not
-	Admitted float64 // tokens admitted
-	// Values are a per-value rule's values: each hot value of the
-	// parameters the replica last had (demand 0 included), then its own
-	// hottest other values, as candidates. Sorted by ID.
-	Values []ValueDemand
-}
-
-// ValueDemand is one value's figures in a report, per second.
-type ValueDemand struct {
-	ID       uint64
-	Offered  float64
-	Admitted float64
-}
-
-// FindValue returns value id's figures, or nil.
-func (r *RuleDemand) FindValue(id uint64) *ValueDemand {
-	i, ok := slices.BinarySearchFunc(r.Values, id, func(v ValueDemand, id uint64) int { return cmpID(RuleID(v.ID), RuleID(id)) })
-	if !ok {
-		return nil
-	}
-	return &r.Values[i]
-}
-
-// Params is what the leader publishes for a service: the division of each
-// demand-shared rule, from one snapshot of the reports.
-type Params struct {
-	At       int64  // the leader's wall clock when it divided, Unix nanoseconds
-	Snapshot uint64 // the Consul index the reports were read at
-	// Reports are the reports the division counted, each by the index of
-	// its write and its node's tag, sorted by index: a replica finds its
-	// own there, and one that does not took no part in the division
-	// beyond its equal share (History.Reported). Indices are at most
-	// Snapshot and at least 1, without duplicates.
-	Reports  []ReportRef
-	Units    uint32 // U, the units divided among
-	Headroom float64
-	Floor    float64
-	Leader   string
-	Rules    []RuleParams // sorted by ID
-}
-
-// ReportRef names one report a division counted: the Consul index its
-// write got (a write's index is its own: no other report has it) and the
-// tag of the node whose key held it.
-type ReportRef struct {
-	Index uint64
-	Node  NodeTag
-}
-
-// NodeTag is a node name in two bytes, as a parameter set lists the
-// reports it divided. Two nodes may share a tag: a replica that finds its
-// tag at an index it did not write reads that as a report it cannot know
-// (Unknown), which is tighter, never looser, than what it would otherwise
-// take.
-type NodeTag uint16
-
-// TagOf is node's tag: the low bits of FNV-1a of its name.
-func TagOf(node string) NodeTag {
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	return NodeTag(h.Sum64())
-}
-
-// RuleParams is one rule's division.
-type RuleParams struct {
-	ID       RuleID
-	Limit    float64 // L as the leader's config has it, per second
-	K, R     float64
-	Admitted float64 // the cluster's admitted rate, per second
-	// Values are a per-value rule's hot values, each divided on its own
-	// (its limit is the rule's); every other value keeps the equal share.
-	// Sorted by ID. A per-value rule's own K and R are 0.
-	Values []ValueParams
-}
-
-// ValueParams is one hot value's division.
-type ValueParams struct {
-	ID       uint64
-	K, R     float64
-	Admitted float64
-}
-
-// FindValue returns hot value id's division, or nil.
-func (r *RuleParams) FindValue(id uint64) *ValueParams {
-	i, ok := slices.BinarySearchFunc(r.Values, id, func(v ValueParams, id uint64) int { return cmpID(RuleID(v.ID), RuleID(id)) })
-	if !ok {
-		return nil
-	}
-	return &r.Values[i]
-}
-
-// ValueRule is hot value v of rule r's division as Share takes it.
-func (p *Params) ValueRule(r *RuleParams, v *ValueParams) Rule {
-	return Rule{Limit: r.Limit, Units: p.Units, Headroom: p.Headroom, Floor: p.Floor, K: v.K, R: v.R}
-}
-
-// Rule is r's division as Share takes it.
-func (p *Params) Rule(r *RuleParams) Rule {
-	return Rule{Limit: r.Limit, Units: p.Units, Headroom: p.Headroom, Floor: p.Floor, K: r.K, R: r.R}
-}
-
-// Find returns the parameters of rule id, or nil.
-func (p *Params) Find(id RuleID) *RuleParams {
-	i, ok := slices.BinarySearchFunc(p.Rules, id, func(r RuleParams, id RuleID) int { return cmpID(r.ID, id) })
-	if !ok {
-		return nil
-	}
-	return &p.Rules[i]
-}
-
-// Find returns rule id's figures in the report, or nil.
-func (r *Report) Find(id RuleID) *RuleDemand {
-	i, ok := slices.BinarySearchFunc(r.Rules, id, func(d RuleDemand, id RuleID) int { return cmpID(d.ID, id) })
-	if !ok {
-		return nil
-	}
-	return &r.Rules[i]
-}
-
-func cmpID(a, b RuleID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // ordered is a rule's entry in a report or a parameter set, as the
 // encoders check its order.
 type ordered interface {
@@ -280,8 +124,7 @@ func AppendReport(b []byte, r *Report) ([]byte, error) {
 		return b, err
 	}
 	start := len(b)
-	b = append(b, magic...)
-	b = append(b, version, kindReport)
+	b = append(reports.Append(b), kindReport)
 	b = binary.AppendUvarint(b, r.Seq)
 	b = binary.AppendVarint(b, r.At)
 	b = binary.AppendUvarint(b, uint64(r.Units))
@@ -298,7 +141,7 @@ func AppendReport(b []byte, r *Report) ([]byte, error) {
 			b = appendRate(b, v.Admitted)
 		}
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+	return record.Seal(b, start), nil
 }
 
 // AppendParams appends p's encoding to b; see AppendReport. It also fails
@@ -316,8 +159,7 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 		}
 	}
 	start := len(b)
-	b = append(b, magic...)
-	b = append(b, version, kindParams)
+	b = append(params.Append(b), kindParams)
 	b = binary.AppendVarint(b, p.At)
 	b = binary.AppendUvarint(b, p.Snapshot)
 	b = binary.AppendUvarint(b, uint64(len(p.Reports)))
@@ -347,7 +189,7 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 			b = appendRate(b, v.Admitted)
 		}
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+	return record.Seal(b, start), nil
 }
 
 // DecodeReport decodes a report. Anything but exactly one well-formed
@@ -356,36 +198,36 @@ func AppendParams(b []byte, p *Params) ([]byte, error) {
 // error wrapping ErrFormat.
 func DecodeReport(b []byte) (Report, error) {
 	var r Report
-	d, err := open(b, kindReport, version)
+	_, d, err := open(reports, b, kindReport)
 	if err != nil {
 		return r, err
 	}
-	r.Seq = d.uvarint()
-	r.At = d.varint()
+	r.Seq = d.Uvarint()
+	r.At = d.Varint()
 	r.Units = d.uint32()
 	r.Node = d.string()
-	n := d.count()
-	if d.err == nil && n > 0 {
+	n := d.Count(MaxRules, "%d rules, more than %d")
+	if d.Err() == nil && n > 0 {
 		r.Rules = make([]RuleDemand, n)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err() == nil; i++ {
 		r.Rules[i] = RuleDemand{ID: d.id(), Offered: d.rate(), Admitted: d.rate()}
 		if i > 0 && r.Rules[i-1].ID >= r.Rules[i].ID {
-			d.fail("rules not sorted by ID")
+			d.Fail("rules not sorted by ID")
 		}
 		m := d.values()
-		if d.err == nil && m > 0 {
+		if d.Err() == nil && m > 0 {
 			r.Rules[i].Values = make([]ValueDemand, m)
 		}
-		for j := 0; j < m && d.err == nil; j++ {
+		for j := 0; j < m && d.Err() == nil; j++ {
 			v := ValueDemand{ID: uint64(d.id()), Offered: d.rate(), Admitted: d.rate()}
 			if j > 0 && r.Rules[i].Values[j-1].ID >= v.ID {
-				d.fail("values not sorted by ID")
+				d.Fail("values not sorted by ID")
 			}
 			r.Rules[i].Values[j] = v
 		}
 	}
-	return r, d.close()
+	return r, d.Close()
 }
 
 // DecodeParams decodes a parameter set; see DecodeReport. K must lie in
@@ -393,14 +235,14 @@ func DecodeReport(b []byte) (Report, error) {
 // reports: it counted none that a replica can recognise as its own.
 func DecodeParams(b []byte) (Params, error) {
 	var p Params
-	d, err := open(b, kindParams, version, legacyParams)
+	v, d, err := open(params, b, kindParams)
 	if err != nil {
 		return p, err
 	}
-	p.At = d.varint()
-	p.Snapshot = d.uvarint()
-	if b[len(magic)] == legacyParams {
-		d.uvarint() // the cutoff, which no leader set
+	p.At = d.Varint()
+	p.Snapshot = d.Uvarint()
+	if v == legacyParams {
+		d.Uvarint() // the cutoff, which no leader set
 	} else {
 		p.Reports = d.reports(p.Snapshot)
 	}
@@ -408,35 +250,35 @@ func DecodeParams(b []byte) (Params, error) {
 	p.Headroom = d.rate()
 	p.Floor = d.rate()
 	p.Leader = d.string()
-	n := d.count()
-	if d.err == nil && n > 0 {
+	n := d.Count(MaxRules, "%d rules, more than %d")
+	if d.Err() == nil && n > 0 {
 		p.Rules = make([]RuleParams, n)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err() == nil; i++ {
 		r := RuleParams{ID: d.id(), Limit: d.rate(), K: d.rate(), R: d.rate(), Admitted: d.rate()}
 		if r.K > 1 || r.R > 1 {
-			d.fail("K or R above 1")
+			d.Fail("K or R above 1")
 		}
 		if i > 0 && p.Rules[i-1].ID >= r.ID {
-			d.fail("rules not sorted by ID")
+			d.Fail("rules not sorted by ID")
 		}
 		m := d.values()
-		if d.err == nil && m > 0 {
+		if d.Err() == nil && m > 0 {
 			r.Values = make([]ValueParams, m)
 		}
-		for j := 0; j < m && d.err == nil; j++ {
+		for j := 0; j < m && d.Err() == nil; j++ {
 			v := ValueParams{ID: uint64(d.id()), K: d.rate(), R: d.rate(), Admitted: d.rate()}
 			if v.K > 1 || v.R > 1 {
-				d.fail("K or R above 1")
+				d.Fail("K or R above 1")
 			}
 			if j > 0 && r.Values[j-1].ID >= v.ID {
-				d.fail("values not sorted by ID")
+				d.Fail("values not sorted by ID")
 			}
 			r.Values[j] = v
 		}
 		p.Rules[i] = r
 	}
-	return p, d.close()
+	return p, d.Close()
 }
 
 func appendString(b []byte, s string) []byte {
@@ -464,97 +306,56 @@ func appendDown(b []byte, v float64) []byte {
 	return appendRate(b, v)
 }
 
+// format is the framing of records of the given versions: reports are read
+// at this version alone, parameters at this one and the legacy one.
+func format(versions ...byte) *record.Format {
+	return &record.Format{Magic: magic, Versions: versions, Err: ErrFormat, What: "demand record",
+		Corrupt: "checksum mismatch", MinSize: len(magic) + 2 + 4, MaxSize: MaxSize}
+}
+
+var (
+	reports, params = format(version), format(version, legacyParams)
+	// castagnoli is the checksum's table, as the tests reseal records.
+	castagnoli = record.Castagnoli
+)
+
 // decoder reads a body; the first error sticks.
 type decoder struct {
-	b       []byte
-	err     error
+	*record.Reader
 	nvalues int
 }
 
-func open(b []byte, kind byte, versions ...byte) (*decoder, error) {
-	if len(b) > MaxSize {
-		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrFormat, len(b), MaxSize)
+// open checks b's framing and kind, and returns its version and a decoder
+// of the rest.
+func open(f *record.Format, b []byte, kind byte) (byte, *decoder, error) {
+	v, r, err := f.Open(b)
+	if err != nil {
+		return 0, nil, err
 	}
-	if len(b) < len(magic)+2+4 || string(b[:len(magic)]) != magic {
-		return nil, fmt.Errorf("%w: not a sharelimit demand record", ErrFormat)
+	if k := r.Take(1, "")[0]; k != kind { // Open's MinSize leaves the kind
+		return 0, nil, fmt.Errorf("%w: kind %d, want %d", ErrFormat, k, kind)
 	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrFormat)
-	}
-	if v := b[len(magic)]; !slices.Contains(versions, v) {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, version)
-	}
-	if k := b[len(magic)+1]; k != kind {
-		return nil, fmt.Errorf("%w: kind %d, want %d", ErrFormat, k, kind)
-	}
-	return &decoder{b: body[len(magic)+2:]}, nil
-}
-
-func (d *decoder) fail(msg string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrFormat, msg)
-	}
-	d.b = nil
-}
-
-func (d *decoder) close() error {
-	if d.err == nil && len(d.b) > 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
-	}
-	return d.err
-}
-
-// uvarint reads an unsigned varint in its shortest form: a longer one (a
-// redundant continuation byte) is refused, so each value has one encoding.
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-		d.fail("truncated, overlong or padded integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// varint is uvarint for a signed varint.
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != len(binary.AppendVarint(nil, v)) {
-		d.fail("truncated, overlong or padded integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return v, &decoder{Reader: r}, nil
 }
 
 func (d *decoder) uint32() uint32 {
-	v := d.uvarint()
+	v := d.Uvarint()
 	if v > math.MaxUint32 {
-		d.fail("units out of range")
+		d.Fail("units out of range")
 		return 0
 	}
 	return uint32(v)
 }
 
-func (d *decoder) count() int {
-	v := d.uvarint()
-	if v > MaxRules {
-		d.fail(fmt.Sprintf("%d rules, more than %d", v, MaxRules))
-		return 0
-	}
-	return int(v)
-}
-
 // values reads a rule's count of values, which with the values before it
 // must stay within MaxValues.
 func (d *decoder) values() int {
-	v := d.uvarint()
-	if d.err != nil {
+	v := d.Uvarint()
+	if d.Err() != nil {
 		return 0
 	}
 	if v > uint64(MaxValues-d.nvalues) {
-		d.fail(fmt.Sprintf("more than %d values", MaxValues))
+		d.Fail(fmt.Sprintf("more than %d values", MaxValues))
 		return 0
 	}
 	d.nvalues += int(v)
@@ -564,73 +365,45 @@ func (d *decoder) values() int {
 // reports reads a parameter set's reports, each at most snapshot and at
 // least 1, and returns them sorted by index.
 func (d *decoder) reports(snapshot uint64) []ReportRef {
-	v := d.uvarint()
-	if d.err != nil {
+	n := d.Count(MaxReports, "%d reports, more than %d")
+	if n == 0 {
 		return nil
 	}
-	if v > MaxReports {
-		d.fail(fmt.Sprintf("%d reports, more than %d", v, MaxReports))
-		return nil
-	}
-	if v == 0 {
-		return nil
-	}
-	out := make([]ReportRef, v)
+	out := make([]ReportRef, n)
 	next := snapshot
-	for i := len(out) - 1; i >= 0 && d.err == nil; i-- {
-		gap := d.uvarint()
-		if len(d.b) < 2 {
-			d.fail("truncated node tag")
+	for i := len(out) - 1; i >= 0 && d.Err() == nil; i-- {
+		gap := d.Uvarint()
+		tag := NodeTag(d.Uint16("truncated node tag"))
+		if d.Err() != nil {
 			return nil
 		}
-		tag := NodeTag(binary.LittleEndian.Uint16(d.b))
-		d.b = d.b[2:]
 		if (gap == 0 && i < len(out)-1) || gap >= next {
-			d.fail("report indices repeated, past the snapshot or at 0")
+			d.Fail("report indices repeated, past the snapshot or at 0")
 			return nil
 		}
 		next -= gap
 		out[i] = ReportRef{Index: next, Node: tag}
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return nil
 	}
 	return out
 }
 
 func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
+	n := d.Uvarint()
+	if d.Err() == nil && (n > MaxNode || n > uint64(d.Len())) {
+		d.Fail("string too long or truncated")
 	}
-	if n > MaxNode || n > uint64(len(d.b)) {
-		d.fail("string too long or truncated")
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
+	return string(d.Take(int(min(n, MaxNode)), "string too long or truncated"))
 }
 
-func (d *decoder) id() RuleID {
-	if len(d.b) < 8 {
-		d.fail("truncated rule ID")
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return RuleID(v)
-}
+func (d *decoder) id() RuleID { return RuleID(d.Uint64("truncated rule ID")) }
 
 func (d *decoder) rate() float64 {
-	if len(d.b) < 4 {
-		d.fail("truncated rate")
-		return 0
-	}
-	v := math.Float32frombits(binary.LittleEndian.Uint32(d.b))
-	d.b = d.b[4:]
-	if !(v >= 0) || math.IsInf(float64(v), 0) {
-		d.fail("rate negative, NaN or infinite")
+	v := math.Float32frombits(d.Uint32("truncated rate"))
+	if d.Err() == nil && (!(v >= 0) || math.IsInf(float64(v), 0)) {
+		d.Fail("rate negative, NaN or infinite")
 		return 0
 	}
 	return float64(v)

@@ -25,16 +25,14 @@
 //	crc      CRC-32C of everything before it (4 bytes)
 //
 // A bucket's fill is as of the written time: restoring refills it for the
-// time since, at its group's saved weight.
+// time since, at its group's saved weight. The framing (magic, version,
+// checksum) and its checks are internal/record's, shared with package demand.
 package state
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -42,6 +40,7 @@ import (
 	"time"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/record"
 )
 
 const (
@@ -88,16 +87,19 @@ type Snapshot struct {
 	Buckets []bucket.Saved
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	format = &record.Format{Magic: magic, Versions: []byte{version}, Err: ErrFormat, What: "state file",
+		Corrupt: "checksum mismatch (truncated or corrupt)", MinSize: len(magic) + 1 + 16 + 2 + trailerSize}
+	// castagnoli is the checksum's table, as the tests reseal records.
+	castagnoli = record.Castagnoli
+)
 
 // Encoder writes one snapshot to w: the header at once, buckets as Add is
 // given them, the trailer on Close.
 type Encoder struct {
-	w     *bufio.Writer
-	crc   hash.Hash32
+	w     *record.Writer
 	count uint64
 	rec   [recordSize]byte
-	err   error
 }
 
 // NewEncoder writes h to w and returns the encoder for the buckets.
@@ -105,10 +107,7 @@ func NewEncoder(w io.Writer, h Header) (*Encoder, error) {
 	if len(h.Views) > MaxViews || len(h.Weights) > MaxGroups {
 		return nil, fmt.Errorf("%w: %d views, %d weights", ErrFormat, len(h.Views), len(h.Weights))
 	}
-	crc := crc32.New(castagnoli)
-	e := &Encoder{w: bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16), crc: crc}
-	b := append([]byte(magic), version)
-	b = binary.LittleEndian.AppendUint64(b, uint64(h.Written.UnixNano()))
+	b := binary.LittleEndian.AppendUint64(nil, uint64(h.Written.UnixNano()))
 	b = binary.LittleEndian.AppendUint64(b, h.Seed)
 	b = binary.AppendUvarint(b, uint64(len(h.Weights)))
 	for _, w := range h.Weights {
@@ -127,16 +126,16 @@ func NewEncoder(w io.Writer, h Header) (*Encoder, error) {
 		}
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v.Weight))
 	}
-	_, e.err = e.w.Write(b)
-	return e, e.err
+	e := &Encoder{w: format.NewWriter(w)}
+	return e, e.w.Write(b)
 }
 
 // Add writes buckets. A full one (fill ≥ 1, or not a number) is skipped: it
 // is the same as none.
 func (e *Encoder) Add(batch []bucket.Saved) error {
 	for _, s := range batch {
-		if e.err != nil {
-			return e.err
+		if e.w.Err() != nil {
+			return e.w.Err()
 		}
 		f := float32(s.Fill)
 		if float64(f) > s.Fill {
@@ -153,10 +152,10 @@ func (e *Encoder) Add(batch []bucket.Saved) error {
 		r = binary.LittleEndian.AppendUint16(r, s.Tag)
 		r = binary.LittleEndian.AppendUint32(r, math.Float32bits(s.Rate))
 		r = binary.LittleEndian.AppendUint32(r, math.Float32bits(s.Size))
-		_, e.err = e.w.Write(r)
+		e.w.Write(r)
 		e.count++
 	}
-	return e.err
+	return e.w.Err()
 }
 
 // Count is how many buckets were written.
@@ -164,74 +163,50 @@ func (e *Encoder) Count() uint64 { return e.count }
 
 // Close writes the trailer and flushes.
 func (e *Encoder) Close() error {
-	if e.err != nil {
-		return e.err
-	}
-	var t [8]byte
-	binary.LittleEndian.PutUint64(t[:], e.count)
-	if _, err := e.w.Write(t[:]); err != nil {
-		return err
-	}
-	if err := e.w.Flush(); err != nil {
-		return err
-	}
-	var c [4]byte
-	binary.LittleEndian.PutUint32(c[:], e.crc.Sum32())
-	// The checksum goes past the hash: write it to the file alone.
-	_, err := e.w.Write(c[:])
-	if err == nil {
-		err = e.w.Flush()
-	}
-	return err
+	e.w.Write(binary.LittleEndian.AppendUint64(nil, e.count))
+	return e.w.Close()
 }
 
 // Decode reads a snapshot. Anything but exactly one well-formed snapshot of
 // this version is an error wrapping ErrFormat, and nothing of it is used.
 func Decode(b []byte) (Snapshot, error) {
 	var s Snapshot
-	if len(b) < len(magic)+1+16+2+trailerSize || string(b[:len(magic)]) != magic {
-		return s, fmt.Errorf("%w: not a sharelimit state file", ErrFormat)
+	_, d, err := format.Open(b)
+	if err != nil {
+		return s, err
 	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return s, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", ErrFormat)
-	}
-	if v := b[len(magic)]; v != version {
-		return s, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, version)
-	}
-	count := binary.LittleEndian.Uint64(body[len(body)-8:])
-	d := decoder{b: body[len(magic)+1 : len(body)-8]}
-	s.Written = time.Unix(0, int64(d.u64()))
-	s.Seed = d.u64()
-	nw := d.count(MaxGroups)
-	for i := 0; i < nw && d.err == nil; i++ {
-		w := math.Float64frombits(d.u64())
+	count := binary.LittleEndian.Uint64(d.Trailer(8)) // Open's MinSize leaves the count
+	s.Written = time.Unix(0, int64(d.Uint64("truncated")))
+	s.Seed = d.Uint64("truncated")
+	nw := d.Count(MaxGroups, countFormat)
+	for i := 0; i < nw && d.Err() == nil; i++ {
+		w := math.Float64frombits(d.Uint64("truncated"))
 		if !(w >= 0 && w <= 1) {
-			d.fail("weight outside [0, 1]")
+			d.Fail("weight outside [0, 1]")
 		}
 		s.Weights = append(s.Weights, w)
 	}
-	nv := d.count(MaxViews)
-	for i := 0; i < nv && d.err == nil; i++ {
-		v := View{Group: d.u16()}
-		n := d.count(maxService)
-		v.Service = string(d.take(n))
-		v.Total, v.Local, v.TotalWeight, v.LocalWeight = d.int(), d.int(), d.int(), d.int()
-		v.Weight = math.Float64frombits(d.u64())
+	nv := d.Count(MaxViews, countFormat)
+	for i := 0; i < nv && d.Err() == nil; i++ {
+		v := View{Group: d.Uint16("truncated")}
+		v.Service = string(d.Take(d.Count(maxService, countFormat), "truncated"))
+		v.Total, v.Local, v.TotalWeight, v.LocalWeight = count32(d), count32(d), count32(d), count32(d)
+		v.Weight = math.Float64frombits(d.Uint64("truncated"))
 		if !(v.Weight > 0 && v.Weight <= 1) || v.Local > v.Total || v.LocalWeight > v.TotalWeight {
-			d.fail("a view out of range")
+			d.Fail("a view out of range")
 		}
 		s.Views = append(s.Views, v)
 	}
-	if d.err != nil {
-		return Snapshot{}, d.err
+	if d.Err() != nil {
+		return Snapshot{}, d.Err()
 	}
-	if uint64(len(d.b)) != count*recordSize || count > uint64(len(d.b)) {
-		return Snapshot{}, fmt.Errorf("%w: %d bytes of buckets for a count of %d", ErrFormat, len(d.b), count)
+	rest := d.Rest()
+	if uint64(len(rest)) != count*recordSize || count > uint64(len(rest)) {
+		return Snapshot{}, fmt.Errorf("%w: %d bytes of buckets for a count of %d", ErrFormat, len(rest), count)
 	}
 	s.Buckets = make([]bucket.Saved, count)
 	for i := range s.Buckets {
-		r := d.b[i*recordSize : (i+1)*recordSize]
+		r := rest[i*recordSize : (i+1)*recordSize]
 		f := math.Float32frombits(binary.LittleEndian.Uint32(r[8:]))
 		sv := bucket.Saved{
 			Key: binary.LittleEndian.Uint64(r), Fill: float64(f),
@@ -249,69 +224,14 @@ func Decode(b []byte) (Snapshot, error) {
 
 func finite(f float32) bool { return f >= 0 && f <= math.MaxFloat32 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
+// countFormat is the error of a count above its bound.
+const countFormat = "a count of %d, more than %d"
 
-func (d *decoder) fail(msg string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrFormat, msg)
-	}
-	d.b = nil
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil || n > len(d.b) {
-		d.fail("truncated")
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u64() uint64 {
-	if b := d.take(8); b != nil {
-		return binary.LittleEndian.Uint64(b)
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if b := d.take(2); b != nil {
-		return binary.LittleEndian.Uint16(b)
-	}
-	return 0
-}
-
-// uvarint reads an unsigned varint in its shortest form.
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-		d.fail("truncated, overlong or padded integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) count(limit int) int {
-	v := d.uvarint()
-	if v > uint64(limit) {
-		d.fail(fmt.Sprintf("a count of %d, more than %d", v, limit))
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) int() int {
-	v := d.uvarint()
+// count32 reads a view's count, at most MaxInt32.
+func count32(d *record.Reader) int {
+	v := d.Uvarint()
 	if v > math.MaxInt32 {
-		d.fail("a count out of range")
+		d.Fail("a count out of range")
 		return 0
 	}
 	return int(v)
