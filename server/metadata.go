@@ -30,7 +30,7 @@ import (
 // rule's stats).
 
 // dynamicMetadata builds the struct for one decided request.
-func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []descriptors.Status, b *boundRules) *structpb.Struct {
+func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []descriptors.Status, p *setParts) *structpb.Struct {
 	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
@@ -49,7 +49,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []descriptors.Status, b *b
 		if st.Code == descriptors.OverLimit || st.Rule == nil || st.Limit == nil || st.Limit.Unlimited() {
 			continue
 		}
-		if md := b.lookupMetadata(st); md != nil {
+		if md := p.metadata(st); md != nil {
 			mergeStruct(passed, md)
 		}
 	}

@@ -4,9 +4,7 @@ import (
 	"sync/atomic"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
 )
@@ -72,13 +70,6 @@ type boundRules struct {
 type boundRule struct {
 	series   *ruleSeries
 	detailed *detailedValues // nil unless the rule is detailed in this set
-	// limit is the rule's current_limit, built once per binding and sent in
-	// every response for the rule. Only this package holds it, and grpc-go
-	// only reads it.
-	limit *rlsv3.RateLimitResponse_RateLimit
-	// metadata is the rule's metadata for response dynamic metadata, built
-	// once per binding; nil when it has none. Never changed after Bind.
-	metadata *structpb.Struct
 }
 
 // Bind prepares the counters of a set before it is installed. Binding a set
@@ -110,8 +101,6 @@ func (m *Metrics) Bind(set *descriptors.Set) {
 		s.refs++
 		s.unlimited = r.Limit().Unlimited()
 		b.rules[i].series = s
-		b.rules[i].limit = currentLimit(r.Limit())
-		b.rules[i].metadata = ruleMetadata(r)
 		if detailed(r) {
 			if s.detailedRefs == 0 {
 				s.detailed = newDetailedValues(m.detailed, r.Domain(), r.Path())
@@ -214,9 +203,9 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 // detailed series are created only by a detailedValues that Unbind has not
 // retired, so a late count cannot bring back a series Unbind deleted.
 //
-// It returns the binding it counted with, nil when set is no longer bound, so
-// the response can use the binding's current_limit messages.
-func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, hits uint32, n int64) *boundRules {
+// count only counts: responses are built from the set (parts.go), so a
+// binding's lifecycle never changes an answer.
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, hits uint32, n int64) {
 	var b *boundRules
 	if v, ok := m.bound.Load(set); ok {
 		b = v.(*boundRules)
@@ -266,7 +255,6 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 			}
 		}
 	}
-	return b
 }
 
 // lookup finds a decision's series in a bound set. It checks that the
@@ -282,24 +270,6 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 		return b.rules[st.Rule.ID()]
 	}
 	return boundRule{}
-}
-
-// lookupLimit is the bound current_limit of a config rule's decision; nil for
-// an override, or when b is nil or not the status's set.
-func (b *boundRules) lookupLimit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLimit {
-	return b.lookup(st, "").limit // an override's boundRule carries no limit
-}
-
-// lookupMetadata is the metadata of a config rule's decision: the binding's
-// when b is the status's set, else built from the rule itself.
-func (b *boundRules) lookupMetadata(st *descriptors.Status) *structpb.Struct {
-	if st.Override || st.Rule == nil {
-		return nil
-	}
-	if br := b.lookup(st, ""); br.series != nil {
-		return br.metadata
-	}
-	return ruleMetadata(st.Rule)
 }
 
 // unbound finds the series of a decision made with a set that is no longer

@@ -52,6 +52,9 @@ type Service struct {
 	opts    Options
 	log     *slog.Logger
 	pool    sync.Pool
+	// parts are the response parts of the set in force (parts.go), built
+	// here from the set: the metrics only count.
+	parts partsCache
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -110,16 +113,20 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 		}
 		return nil, 0, status.Error(codes.Internal, err.Error())
 	}
-	bound := s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts, req.GetHitsAddend(), s.slot(now))
+	s.metrics.count(dec.Set, req.GetDomain(), req.GetDescriptors(), sts, req.GetHitsAddend(), s.slot(now))
+	parts := s.parts.cur.Load() // the fast path of partsCache.of
+	if parts == nil || parts.set != dec.Set {
+		parts = s.parts.replace(dec.Set, s.engine)
+	}
 	if s.opts.ShadowMode {
 		if overall == descriptors.OverLimit {
 			s.metrics.globalShadow.Add(1)
 		}
 		overall = descriptors.OK
 	}
-	resp = s.response(overall, sts, bound)
+	resp = s.response(overall, sts, parts)
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, sts, bound)
+		resp.DynamicMetadata = dynamicMetadata(req, sts, parts)
 	}
 	s.metrics.observe(time.Since(start))
 	if wait = maxWait(sts); wait > 0 {
@@ -154,13 +161,13 @@ type statusBlock struct {
 	dur durationpb.Duration
 }
 
-func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status, b *boundRules) *rlsv3.RateLimitResponse {
+func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status, p *setParts) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	if len(sts) == 1 {
 		o := &one{}
 		o.ptr[0] = &o.st
 		o.resp.Statuses = o.ptr[:]
-		o.fill(&sts[0], b)
+		o.fill(&sts[0], p)
 		resp = &o.resp
 	} else {
 		// Three allocations for any count: the response, the pointer slice the
@@ -168,7 +175,7 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sts))}
 		blocks := make([]statusBlock, len(sts))
 		for i := range sts {
-			blocks[i].fill(&sts[i], b)
+			blocks[i].fill(&sts[i], p)
 			resp.Statuses[i] = &blocks[i].st
 		}
 	}
@@ -179,11 +186,11 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 	return resp
 }
 
-// fill writes st into the block. current_limit is the binding's message for
-// the rule: built once per reload, held only by this package, never by the
-// rules themselves. A limit without one (an override, or a set unbound by a
-// reload since it decided) gets a message of its own.
-func (b *statusBlock) fill(st *descriptors.Status, bound *boundRules) {
+// fill writes st into the block. current_limit is the rule's message in p:
+// built once per rule of the set in force, held only by this package, never
+// by the rules themselves. A limit without one (an override, or a set
+// replaced since it decided) gets a message of its own.
+func (b *statusBlock) fill(st *descriptors.Status, p *setParts) {
 	b.st.Code = st.Code
 	l := st.Limit
 	if l == nil {
@@ -193,7 +200,7 @@ func (b *statusBlock) fill(st *descriptors.Status, bound *boundRules) {
 	if l.Unlimited() {
 		return // as upstream: OK, remaining MaxUint32, no current_limit
 	}
-	if b.st.CurrentLimit = bound.lookupLimit(st); b.st.CurrentLimit == nil {
+	if b.st.CurrentLimit = p.limit(st); b.st.CurrentLimit == nil {
 		b.st.CurrentLimit = currentLimit(l)
 	}
 	b.dur.Seconds = int64(st.Reset / time.Second)
