@@ -426,8 +426,21 @@ func ParseUpstreamCommand(name string, args, environ []string, out io.Writer) (*
 }
 
 func parseEnviron(name string, args, environ []string, asCommand bool, out io.Writer) (*Config, error) {
+	getenv, names := readEnviron(environ)
+	return parse(name, args, getenv, names, asCommand, out)
+}
+
+// Getenv reads an environment given as os.Environ gives it, "NAME=value"
+// entries, as os.Getenv reads the process's: the first of a repeated name
+// counts.
+func Getenv(environ []string) func(string) string {
+	getenv, _ := readEnviron(environ)
+	return getenv
+}
+
+// readEnviron is Getenv, and also every name set, in order.
+func readEnviron(environ []string) (getenv func(string) string, names []string) {
 	vars := make(map[string]string, len(environ))
-	var names []string
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -438,7 +451,7 @@ func parseEnviron(name string, args, environ []string, asCommand bool, out io.Wr
 			names = append(names, k)
 		}
 	}
-	return parse(name, args, func(k string) string { return vars[k] }, names, asCommand, out)
+	return func(k string) string { return vars[k] }, names
 }
 
 // parse is Parse; names, when not nil, are all the variables set; asCommand

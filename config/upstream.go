@@ -138,15 +138,7 @@ func upstreamBy(getenv func(string) string, asCommand bool) []string {
 // gives it, for a caller whose settings could not be parsed (serve logs that
 // error in upstream's JSON when the environment is upstream's).
 func UpstreamBy(environ []string, asCommand bool) []string {
-	vars := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			if _, seen := vars[k]; !seen {
-				vars[k] = v
-			}
-		}
-	}
-	return upstreamBy(withoutServiceLinks(func(k string) string { return vars[k] }), asCommand)
+	return upstreamBy(withoutServiceLinks(Getenv(environ)), asCommand)
 }
 
 // abridge joins the first n names, and counts the rest.

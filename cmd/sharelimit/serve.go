@@ -126,15 +126,8 @@ func startupLogger(args, environ []string, asUpstream bool, w io.Writer) *slog.L
 		}
 		format = val
 	}
-	env := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			if _, seen := env[k]; !seen {
-				env[k] = v
-			}
-		}
-	}
-	for _, v := range []string{format, env[config.EnvName("log-format")], env["LOG_FORMAT"]} {
+	getenv := config.Getenv(environ)
+	for _, v := range []string{format, getenv(config.EnvName("log-format")), getenv("LOG_FORMAT")} {
 		if v = strings.ToLower(v); v == "json" || v == "text" {
 			format = v
 			break
