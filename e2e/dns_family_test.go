@@ -6,120 +6,12 @@ package e2e
 // one address family failing.
 
 import (
-	"encoding/binary"
-	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/sharelimit/sharelimit/internal/consultest"
 )
-
-// aaaaProxy relays DNS over TCP to upstream, answering every AAAA query
-// SERVFAIL itself while servfail is set, as a middlebox or a resolver that
-// mishandles AAAA does.
-type aaaaProxy struct {
-	ln       net.Listener
-	upstream string
-	servfail atomic.Bool
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func startAAAAProxy(t *testing.T, upstream string) *aaaaProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &aaaaProxy{ln: ln, upstream: upstream}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			p.mu.Unlock()
-			p.wg.Go(func() { p.serve(c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func readDNSMsg(c net.Conn) ([]byte, error) {
-	var n [2]byte
-	if _, err := io.ReadFull(c, n[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(n[:]))
-	_, err := io.ReadFull(c, b)
-	return b, err
-}
-
-func writeDNSMsg(c net.Conn, b []byte) error {
-	_, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...))
-	return err
-}
-
-func (p *aaaaProxy) serve(c net.Conn) {
-	defer c.Close()
-	for {
-		q, err := readDNSMsg(c)
-		if err != nil {
-			return
-		}
-		var parser dnsmessage.Parser
-		h, err := parser.Start(q)
-		if err != nil {
-			return
-		}
-		question, err := parser.Question()
-		if err != nil {
-			return
-		}
-		if question.Type == dnsmessage.TypeAAAA && p.servfail.Load() {
-			resp := dnsmessage.Message{
-				Header:    dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true, RCode: dnsmessage.RCodeServerFailure},
-				Questions: []dnsmessage.Question{question},
-			}
-			b, err := resp.Pack()
-			if err != nil || writeDNSMsg(c, b) != nil {
-				return
-			}
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
-		if err != nil {
-			return
-		}
-		err = writeDNSMsg(up, q)
-		var r []byte
-		if err == nil {
-			r, err = readDNSMsg(up)
-		}
-		up.Close()
-		if err != nil || writeDNSMsg(c, r) != nil {
-			return
-		}
-	}
-}
 
 // countingDNS matches a daemon whose view counts n replicas over DNS,
 // confirmed, at weight 1/n.
@@ -144,10 +36,10 @@ func TestDNSFailedAddressFamilyKeepsCap(t *testing.T) {
 	p := mfParams()
 	p.Burst = dnsBurst
 	c := newCluster(t, k, p, consultest.WithDNS())
-	proxy := startAAAAProxy(t, c.consul.DNSAddr())
+	proxy := consultest.StartAAAAProxy(t, c.consul.DNSAddr())
 	c.peersDNS = service + ".service.consul."
 	// The last --peers-dns-server wins: the proxy, not the agent.
-	c.args = []string{"--membership-hold", "1s", "--membership-grace", "0", "--peers-dns-server", proxy.ln.Addr().String()}
+	c.args = []string{"--membership-hold", "1s", "--membership-grace", "0", "--peers-dns-server", proxy.Addr()}
 	addrs := []string{"192.0.2.1", "192.0.2.2", "2001:db8::3", "2001:db8::4"}
 	for i := range k {
 		c.consul.RegisterAt(nodeName(i), serviceID(i), service, addrs[i], true)
@@ -160,7 +52,7 @@ func TestDNSFailedAddressFamilyKeepsCap(t *testing.T) {
 	l := startLoad(t, c, loadOpts{rate: 2 * mfLimit, max: 30 * time.Second, weights: []float64{1, 1, 1, 1}})
 	l.sleepUntil(4 * time.Second)
 	t0 := l.elapsed()
-	proxy.servfail.Store(true)
+	proxy.SetMode(consultest.AAAAServfail)
 	// Each daemon has resolved through the failing proxy once it reports
 	// the fault, or counts otherwise than four.
 	c.awaitMember("resolving with the AAAA query failing", time.Now(), 30*time.Second, func(m memberView) bool {

@@ -11,137 +11,16 @@ package membership
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/sharelimit/sharelimit/internal/consultest"
 )
-
-// aaaaProxy relays DNS over TCP to upstream. While mode is "servfail" or
-// "refused" it answers every AAAA query with that RCODE itself; while
-// "silent" it never answers one. "" relays everything.
-type aaaaProxy struct {
-	ln       net.Listener
-	upstream string
-	mode     atomic.Value // string
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func startAAAAProxy(t *testing.T, upstream string) *aaaaProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &aaaaProxy{ln: ln, upstream: upstream}
-	p.mode.Store("")
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			p.mu.Unlock()
-			p.wg.Go(func() { p.serve(c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *aaaaProxy) addr() string { return p.ln.Addr().String() }
-
-func readMsg(c net.Conn) ([]byte, error) {
-	var n [2]byte
-	if _, err := io.ReadFull(c, n[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(n[:]))
-	_, err := io.ReadFull(c, b)
-	return b, err
-}
-
-func writeMsg(c net.Conn, b []byte) error {
-	out := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
-	_, err := c.Write(append(out, b...))
-	return err
-}
-
-func (p *aaaaProxy) serve(c net.Conn) {
-	defer c.Close()
-	for {
-		q, err := readMsg(c)
-		if err != nil {
-			return
-		}
-		var parser dnsmessage.Parser
-		h, err := parser.Start(q)
-		if err != nil {
-			return
-		}
-		question, err := parser.Question()
-		if err != nil {
-			return
-		}
-		if question.Type == dnsmessage.TypeAAAA {
-			rcode := dnsmessage.RCodeSuccess
-			switch p.mode.Load().(string) {
-			case "silent":
-				continue // read on, answer nothing
-			case "servfail":
-				rcode = dnsmessage.RCodeServerFailure
-			case "refused":
-				rcode = dnsmessage.RCodeRefused
-			}
-			if rcode != dnsmessage.RCodeSuccess {
-				resp := dnsmessage.Message{
-					Header:    dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true, RCode: rcode},
-					Questions: []dnsmessage.Question{question},
-				}
-				b, err := resp.Pack()
-				if err != nil || writeMsg(c, b) != nil {
-					return
-				}
-				continue
-			}
-		}
-		up, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
-		if err != nil {
-			return
-		}
-		err = writeMsg(up, q)
-		var r []byte
-		if err == nil {
-			r, err = readMsg(up)
-		}
-		up.Close()
-		if err != nil || writeMsg(c, r) != nil {
-			return
-		}
-	}
-}
 
 // noLocalAddrs stands for a host none of whose addresses any test answer
 // lists: the tests' addresses (192.0.2.0/24, 2001:db8::/32) may be the test
@@ -171,12 +50,12 @@ func TestDNSFailedFamilyFailsResolution(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			p := startAAAAProxy(t, a.DNSAddr())
+			p := consultest.StartAAAAProxy(t, a.DNSAddr())
 			var d *Damper
 			var logs logBuffer
 			var mu sync.Mutex
 			var published []View
-			s, err := NewDNS(DNSConfig{Name: "web.service.consul.", Server: p.addr(), Replicas: 4, Interval: 50 * time.Millisecond,
+			s, err := NewDNS(DNSConfig{Name: "web.service.consul.", Server: p.Addr(), Replicas: 4, Interval: 50 * time.Millisecond,
 				Timeout: 500 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Grace: -1,
 				Logger: logs.logger(), OnUpdate: func(v View) {
 					mu.Lock()
@@ -196,7 +75,7 @@ func TestDNSFailedFamilyFailsResolution(t *testing.T) {
 			run(t, s)
 
 			waitView(t, d, func(v View) bool { return counts(4, 1)(v) && !v.ObservedAt.IsZero() }, "four replicas, confirmed, in force")
-			p.mode.Store(tc.mode)
+			p.SetMode(tc.mode)
 			v := waitView(t, s, func(v View) bool { return v.Fault == FaultError && v.Errors >= 3 }, "three failed resolutions")
 			t.Logf("AAAA %s: view total=%d weight=%v fault=%q errors=%d last_error=%q", tc.mode, v.Total, v.Weight, v.Fault, v.Errors, v.LastError)
 			if !counts(4, 1)(v) || !strings.Contains(v.LastError, "AAAA") || !strings.Contains(v.LastError, tc.says) {
@@ -216,7 +95,7 @@ func TestDNSFailedFamilyFailsResolution(t *testing.T) {
 				t.Errorf("AAAA %s: in force %+v; want weight 0.25 with the fault", tc.mode, dv)
 			}
 
-			p.mode.Store("")
+			p.SetMode(consultest.AAAARelay)
 			waitView(t, s, func(v View) bool { return counts(4, 1)(v) && v.Fault == "" && v.LastError == "" }, "the source answering again")
 		})
 	}
