@@ -1,20 +1,8 @@
-// Package simulate runs K replicas sharing one global limit in process, in
-// virtual time, under a shape of traffic and membership events, with equal
-// shares or shares that follow demand, and reports what the cluster admitted
-// and what demand sharing cost Consul.
-//
-// Why a package: it answers an operator's question before any deployment
-// (does my traffic shape tolerate local limits, and does demand sharing fix
-// it?) and shows the design at scales no test machine runs (K = 1,000). It
-// uses the real rule, encodings and report history of package demand, so the
-// shares it computes are the ones the daemon computes; what it models is the
-// rest: fluid token buckets, a watch delay, and Consul as a map.
 package simulate
 
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -92,36 +80,6 @@ type Result struct {
 	ReportBytes          int // one report's size
 	ParamsBytes          int // one parameter set's size
 	MaxShareSum          float64
-}
-
-// replica is one simulated replica.
-type replica struct {
-	name      string
-	tokens    float64
-	w         float64 // the share in force, a fraction of L
-	grows     []pendingGrow
-	offered   uint64 // the meter, in thousandths of a token
-	admitted  uint64
-	rates     demand.Rates
-	hist      demand.History
-	last      *demand.Report
-	lastWrite time.Duration
-	wrote     bool
-	seq       uint64
-	params    *demand.Params
-	admBin    float64
-}
-
-// pendingGrow is a larger share waiting until at.
-type pendingGrow struct {
-	w  float64
-	at time.Duration
-}
-
-// kvReport is a report in the simulated KV.
-type kvReport struct {
-	rep   demand.Report
-	index uint64
 }
 
 // Validate checks c.
@@ -204,287 +162,200 @@ func (c *Config) weights(n int, t time.Duration, out []float64) (total float64) 
 	return total
 }
 
-// Run simulates c.
+// Run simulates c: every step of virtual time, the membership events due,
+// then the shares (equal, or the demand leader's and replicas' work), then
+// the traffic, and at each second's end a bin.
 func Run(c Config) (*Result, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	burst := c.Burst
-	if burst == 0 {
-		burst = c.Limit
-	}
-	const id = demand.RuleID(1)
-	res := &Result{Config: c, PerReplica: map[string][]float64{}}
-	var reps []*replica
-	named := 0
-	add := func(n int, t time.Duration) {
-		for range n {
-			named++
-			r := &replica{name: fmt.Sprintf("node%d", named)}
-			reps = append(reps, r)
-		}
-		k := len(reps)
-		for _, r := range reps {
-			eq := 1 / float64(k)
-			if r.w == 0 { // a newcomer: a full bucket at its equal share
-				r.w = eq
-				r.tokens = eq * burst
-				r.lastWrite = t
-			}
-		}
-	}
-	add(c.Replicas, 0)
-	// Every replica writes at the same stretched interval; the leader
-	// divides twice per interval; its parameters reach the replicas after
-	// the watch delay.
-	var kv = map[string]kvReport{}
-	var index uint64
-	var pending []struct {
-		at time.Duration
-		p  demand.Params
-	}
-	nextDivide := time.Duration(0)
-	var equalHoldAt time.Duration = -1 // equal shares: when a held grow applies
-	var equalHoldW float64
-	events := slices.Clone(c.Events)
-	slices.SortFunc(events, func(a, b Event) int { return int(a.At - b.At) })
-	var writes, leaderBytes, paramsBytes float64
-	bins := int(c.Duration / time.Second)
-	res.Bins = make([]Bin, bins)
-	wts := make([]float64, 0)
-	var bin Bin
-	busiest := map[string]bool{}
+	s := newSim(c)
 	for t := time.Duration(0); t < c.Duration; t += step {
-		for len(events) > 0 && events[0].At <= t {
-			e := events[0]
-			events = events[1:]
-			if e.Delta > 0 {
-				add(e.Delta, t)
-			} else {
-				for _, r := range reps[len(reps)+e.Delta:] {
-					delete(kv, r.name) // deregistered: the leader drops its report
-				}
-				reps = reps[:len(reps)+e.Delta]
-			}
+		if err := s.tick(t); err != nil {
+			return nil, err
 		}
-		k := len(reps)
-		eq := 1 / float64(k)
-		stretched := demand.Stretch(c.Interval, k, c.MaxWrites)
-		now := time.Unix(0, 0).Add(t)
-		if !c.Demand {
-			// Equal shares, through the membership damper: a smaller
-			// weight at once, a larger one once it has held.
-			for _, r := range reps {
-				switch {
-				case eq < r.w:
-					setShare(r, eq, burst)
-					equalHoldAt = -1
-				case eq > r.w && equalHoldAt < 0:
-					equalHoldAt, equalHoldW = t+c.Hold, eq
-				}
-			}
-			if equalHoldAt >= 0 && t >= equalHoldAt {
-				for _, r := range reps {
-					setShare(r, equalHoldW, burst)
-				}
-				equalHoldAt = -1
-			}
+	}
+	return s.finish(), nil
+}
+
+// sim is one run's state. It is not safe for concurrent use.
+type sim struct {
+	c     Config
+	burst float64 // B, Config.Burst or L
+	res   *Result
+	// reps are the live replicas, in the order of their names' numbers;
+	// named is how many were ever created.
+	reps  []*replica
+	named int
+	// events are those not yet applied, earliest first.
+	events []Event
+
+	// Demand shares: the KV the replicas write their reports to, its
+	// index, the parameters the leader wrote and the watch has yet to
+	// deliver, and when the leader divides next.
+	kv         map[string]kvReport
+	index      uint64
+	pending    []pendingParams
+	nextDivide time.Duration
+
+	// Equal shares: when the grow that has held applies (-1: none), and
+	// to what.
+	holdAt time.Duration
+	holdW  float64
+
+	// What the run measured so far.
+	writes, leaderBytes, paramsBytes float64
+	bins                             int
+	bin                              Bin // the second in progress
+	busiest                          map[string]bool
+	wts                              []float64 // scratch for weights
+}
+
+// pendingParams are parameters that reach the replicas at.
+type pendingParams struct {
+	at time.Duration
+	p  demand.Params
+}
+
+// newSim starts a run of a valid c at time 0, with c.Replicas replicas.
+func newSim(c Config) *sim {
+	s := &sim{c: c, burst: c.Burst, kv: map[string]kvReport{}, holdAt: -1, busiest: map[string]bool{}}
+	if s.burst == 0 {
+		s.burst = c.Limit
+	}
+	s.bins = int(c.Duration / time.Second)
+	s.res = &Result{Config: c, PerReplica: map[string][]float64{}, Bins: make([]Bin, s.bins)}
+	s.events = slices.Clone(c.Events)
+	slices.SortFunc(s.events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	s.join(c.Replicas, 0)
+	return s
+}
+
+// tick runs the step that starts at t.
+func (s *sim) tick(t time.Duration) error {
+	s.applyEvents(t)
+	if !s.c.Demand {
+		s.equalShares(t)
+	} else if err := s.demandShares(t); err != nil {
+		return err
+	}
+	sumW := s.traffic(t)
+	s.res.MaxShareSum = max(s.res.MaxShareSum, sumW)
+	if end := t + step; end%time.Second == 0 {
+		s.closeBin(end, sumW)
+	}
+	return nil
+}
+
+// finish pads every busiest replica's series to the whole run and turns
+// the totals into rates.
+func (s *sim) finish() *Result {
+	res := s.res
+	for name, v := range res.PerReplica {
+		for len(v) < s.bins {
+			v = append(v, 0)
+		}
+		res.PerReplica[name] = v
+	}
+	secs := s.c.Duration.Seconds()
+	res.WritesPerSecond = s.writes / secs
+	res.LeaderReadBytesPerS = s.leaderBytes / secs
+	res.ParamsServedBytesPer = s.paramsBytes / secs
+	return res
+}
+
+// join adds n replicas at t, each named for the next number. A newcomer
+// starts with a full bucket at its equal share, among the replicas after
+// the join; the others keep theirs until the shares change them.
+func (s *sim) join(n int, t time.Duration) {
+	for range n {
+		s.named++
+		s.reps = append(s.reps, &replica{name: fmt.Sprintf("node%d", s.named), num: s.named})
+	}
+	eq := 1 / float64(len(s.reps))
+	for _, r := range s.reps {
+		if r.w == 0 {
+			r.w = eq
+			r.tokens = eq * s.burst
+			r.lastWrite = t
+		}
+	}
+}
+
+// leave removes the last n replicas. They deregister, so the leader drops
+// their reports.
+func (s *sim) leave(n int) {
+	cut := len(s.reps) - n
+	for _, r := range s.reps[cut:] {
+		delete(s.kv, r.name)
+	}
+	s.reps = s.reps[:cut]
+}
+
+// applyEvents applies the membership events due at t.
+func (s *sim) applyEvents(t time.Duration) {
+	for len(s.events) > 0 && s.events[0].At <= t {
+		e := s.events[0]
+		s.events = s.events[1:]
+		if e.Delta > 0 {
+			s.join(e.Delta, t)
 		} else {
-			// Leader: divide, encode, and hand the parameters to the
-			// watch.
-			if t >= nextDivide {
-				nextDivide = t + stretched/2
-				wants := make([]demand.Want, 0, len(kv))
-				var admitted float64
-				var counted []demand.ReportRef
-				for _, name := range slices.Sorted(maps.Keys(kv)) { // a fixed order: the sums are the same every run
-					x := kv[name]
-					wants = append(wants, demand.Want{Units: x.rep.Units, Offered: x.rep.Rules[0].Offered})
-					admitted += x.rep.Rules[0].Admitted
-					counted = append(counted, demand.ReportRef{Index: x.index, Node: demand.TagOf(name)})
-				}
-				slices.SortFunc(counted, func(a, b demand.ReportRef) int { return cmp.Compare(a.Index, b.Index) })
-				rule := demand.Divide(c.Limit, uint32(k), wants, demand.DefaultHeadroom, demand.DefaultFloor)
-				p := demand.Params{At: now.UnixNano(), Snapshot: index, Reports: counted, Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: reps[0].name,
-					Rules: []demand.RuleParams{{ID: id, Limit: rule.Limit, K: rule.K, R: rule.R, Admitted: admitted}}}
-				b, err := demand.AppendParams(nil, &p)
-				if err != nil {
-					return nil, err
-				}
-				p, err = demand.DecodeParams(b)
-				if err != nil {
-					return nil, err
-				}
-				res.ParamsBytes = len(b)
-				leaderBytes += float64(len(kv) * res.ReportBytes)
-				paramsBytes += float64(k * len(b))
-				index++
-				pending = append(pending, struct {
-					at time.Duration
-					p  demand.Params
-				}{t + watchDelay, p})
-			}
-			for len(pending) > 0 && pending[0].at <= t {
-				p := pending[0].p
-				pending = pending[1:]
-				for _, r := range reps {
-					r.params = &p
-				}
-			}
-			for _, r := range reps {
-				// The meter counts thousandths of a token (the buckets
-				// are fluid); the rates are scaled back below.
-				r.rates.Update(r.offered, r.admitted, now, c.Interval/4)
-				offeredRate, admittedRate := r.rates.Offered/1000, r.rates.Admitted/1000
-				// Write when due, as the daemon does.
-				since := t - r.lastWrite
-				due := !r.wrote || since >= 2*stretched
-				if r.wrote && since >= stretched && r.last != nil && demand.Moved(r.last.Rules[0].Offered, offeredRate, 0.1, 1) {
-					due = true
-				}
-				if r.wrote && since < stretched {
-					due = false
-				}
-				if due {
-					r.seq++
-					rep := demand.Report{Seq: r.seq, At: now.UnixNano(), Units: 1, Node: r.name,
-						Rules: []demand.RuleDemand{{ID: id, Offered: offeredRate, Admitted: admittedRate}}}
-					b, err := demand.AppendReport(nil, &rep)
-					if err != nil {
-						return nil, err
-					}
-					dec, err := demand.DecodeReport(b)
-					if err != nil {
-						return nil, err
-					}
-					res.ReportBytes = len(b)
-					index++
-					kv[r.name] = kvReport{dec, index}
-					r.hist.Add(index, dec)
-					r.last, r.lastWrite, r.wrote = &dec, t, true
-					writes++
-					bin.Writes++
-				}
-				target := eq
-				if p := r.params; p != nil {
-					rp := p.Find(id)
-					rep, standing := r.hist.Reported(p, r.name)
-					units, offered, absent := uint32(1), 0.0, false
-					switch standing {
-					case demand.Counted:
-						offered = rep.Rules[0].Offered
-					case demand.Absent:
-						absent = true
-					}
-					if rp != nil {
-						if g, ok := demand.Share(p.Rule(rp), units, offered, absent, uint32(k)); ok {
-							target = min(1, max(g/c.Limit, 1e-9))
-						}
-					}
-
-				}
-				// As the daemon: a smaller share at once; a larger one
-				// after the grow delay from the parameters that asked for
-				// it, a still larger one after its own.
-				if target <= r.w {
-					setShare(r, target, burst)
-					r.grows = r.grows[:0]
-				} else {
-					if n := len(r.grows); n == 0 || target > r.grows[n-1].w {
-						r.grows = append(r.grows, pendingGrow{w: target, at: t + queryGap + growSlack})
-					}
-					apply, keep := r.w, r.grows[:0]
-					for _, g := range r.grows {
-						g.w = min(g.w, target)
-						if t >= g.at {
-							apply = max(apply, g.w)
-							continue
-						}
-						keep = append(keep, g)
-					}
-					r.grows = keep
-					setShare(r, apply, burst)
-				}
-			}
-		}
-		// Traffic: fluid token buckets.
-		wts = slices.Grow(wts[:0], k)[:k]
-		total := c.weights(k, t, wts)
-		dt := step.Seconds()
-		var sumW float64
-		for i, r := range reps {
-			sumW += r.w
-			r.tokens = min(r.tokens+r.w*c.Limit*dt, max(r.w*burst, 1))
-			o := total * wts[i] * dt
-			a := min(o, r.tokens)
-			r.tokens -= a
-			r.offered += uint64(o * 1000)
-			r.admitted += uint64(a * 1000)
-			r.admBin += a
-
-			bin.Admitted += a
-			bin.Offered += o
-		}
-		res.MaxShareSum = max(res.MaxShareSum, sumW)
-		if end := t + step; end%time.Second == 0 {
-			b := int(end/time.Second) - 1
-			if b < bins {
-				bin.T, bin.Replicas, bin.Shares = time.Duration(b)*time.Second, k, sumW
-				res.Bins[b] = bin
-				// Track the busiest replicas, for the chart.
-				slices.SortFunc(reps, func(x, y *replica) int { return cmpDesc(x.admBin, y.admBin) })
-				for _, r := range reps[:min(2, len(reps))] {
-					if len(busiest) < 4 {
-						busiest[r.name] = true
-					}
-				}
-				for _, r := range reps {
-					if busiest[r.name] {
-						s := res.PerReplica[r.name]
-						for len(s) < b {
-							s = append(s, 0)
-						}
-						res.PerReplica[r.name] = append(s, r.admBin)
-					}
-					r.admBin = 0
-				}
-				slices.SortFunc(reps, func(x, y *replica) int { return strings.Compare(pad(x.name), pad(y.name)) })
-			}
-			bin = Bin{}
+			s.leave(-e.Delta)
 		}
 	}
-	for name, s := range res.PerReplica {
-		for len(s) < bins {
-			s = append(s, 0)
-		}
-		res.PerReplica[name] = s
-	}
-	secs := c.Duration.Seconds()
-	res.WritesPerSecond = writes / secs
-	res.LeaderReadBytesPerS = leaderBytes / secs
-	res.ParamsServedBytesPer = paramsBytes / secs
-	return res, nil
 }
 
-// setShare applies a share as the engine does: rate and size both, keeping
-// the bucket's fill ratio.
-func setShare(r *replica, w, burst float64) {
-	if w == r.w {
-		return
+// traffic offers one step's load at t to fluid token buckets, and returns
+// the shares in force, summed.
+func (s *sim) traffic(t time.Duration) (sumW float64) {
+	c, k := &s.c, len(s.reps)
+	s.wts = slices.Grow(s.wts[:0], k)[:k]
+	total := c.weights(k, t, s.wts)
+	dt := step.Seconds()
+	for i, r := range s.reps {
+		sumW += r.w
+		r.tokens = min(r.tokens+r.w*c.Limit*dt, max(r.w*s.burst, 1))
+		o := total * s.wts[i] * dt
+		a := min(o, r.tokens)
+		r.tokens -= a
+		r.offered += uint64(o * 1000)
+		r.admitted += uint64(a * 1000)
+		r.admBin += a
+
+		s.bin.Admitted += a
+		s.bin.Offered += o
 	}
-	oldSize, newSize := max(r.w*burst, 1), max(w*burst, 1)
-	r.tokens *= newSize / oldSize
-	r.w = w
+	return sumW
 }
 
-func cmpDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
+// closeBin ends the second that ends at end: it stores the bin, with the
+// shares summed to sumW, and each busiest replica's admitted figure. The
+// two busiest replicas of a second join the busiest, up to four over the
+// run; a series starts with zeros for the seconds before its replica
+// joined them.
+func (s *sim) closeBin(end time.Duration, sumW float64) {
+	if b := int(end/time.Second) - 1; b < s.bins {
+		s.bin.T, s.bin.Replicas, s.bin.Shares = time.Duration(b)*time.Second, len(s.reps), sumW
+		s.res.Bins[b] = s.bin
+		slices.SortFunc(s.reps, func(x, y *replica) int { return cmp.Compare(y.admBin, x.admBin) })
+		for _, r := range s.reps[:min(2, len(s.reps))] {
+			if len(s.busiest) < 4 {
+				s.busiest[r.name] = true
+			}
+		}
+		for _, r := range s.reps {
+			if s.busiest[r.name] {
+				v := s.res.PerReplica[r.name]
+				for len(v) < b {
+					v = append(v, 0)
+				}
+				s.res.PerReplica[r.name] = append(v, r.admBin)
+			}
+			r.admBin = 0
+		}
+		slices.SortFunc(s.reps, func(x, y *replica) int { return cmp.Compare(x.num, y.num) })
 	}
-	return 0
+	s.bin = Bin{}
 }
 
 // pad makes node names sort by number.
