@@ -1,12 +1,3 @@
-// Package config holds the daemon's settings. They are read once, at start-up,
-// from flags, SHARELIMIT_* environment variables and, for a container that
-// still carries envoyproxy/ratelimit's environment, upstream's own variables
-// (a flag wins over its SHARELIMIT_* variable, which wins over upstream's
-// name), and checked by Validate before anything starts. Nothing re-reads the
-// environment later: a running daemon's settings are exactly what it logged at
-// start. ApplyEnv, the rule that maps flags to variables, is shared with the
-// other subcommands that read their flags from the environment (sharelimit
-// bench).
 package config
 
 import (
