@@ -12,62 +12,56 @@ import (
 	"time"
 )
 
-// Validate reports every setting that cannot work, together.
+// Validate reports every setting that cannot work, together, in the order
+// of the subjects below: what it serves, TLS, where the rules come from,
+// membership, and the rest.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
-	if c.GRPCTransport != TransportDirect && c.GRPCTransport != TransportGRPCGo {
-		bad("grpc-transport", "must be %s or %s, got %q", TransportDirect, TransportGRPCGo, c.GRPCTransport)
-	}
-	listeners := []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}}
+	c.validateListeners(bad)
+	c.validateTLS(bad)
+	c.validateRules(bad)
+	c.validateMembership(bad)
+	c.validateRuntime(bad)
+	return errors.Join(errs...)
+}
+
+// badFunc reports one problem with a flag's setting.
+type badFunc = func(flag, format string, args ...any)
+
+// listener is one listening flag and its address.
+type listener struct{ flag, addr string }
+
+// listeners lists the listeners set, and checks that the one serving every
+// admin page to loopback is on loopback.
+func (c *Config) listeners(bad badFunc) []listener {
+	out := []listener{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}}
 	if c.DebugAddr != "" {
-		listeners = append(listeners, struct{ flag, addr string }{"debug-addr", c.DebugAddr})
+		out = append(out, listener{"debug-addr", c.DebugAddr})
 	}
 	if c.LocalHTTPAddr != "" {
-		listeners = append(listeners, struct{ flag, addr string }{"local-http-addr", c.LocalHTTPAddr})
+		out = append(out, listener{"local-http-addr", c.LocalHTTPAddr})
 		if host, _, err := net.SplitHostPort(c.LocalHTTPAddr); err == nil && !IsLoopback(host) {
 			bad("local-http-addr", "%s is not a loopback address: it serves every admin page, pprof included", host)
 		}
 	}
 	if c.MetricsAddr != "" {
-		listeners = append(listeners, struct{ flag, addr string }{"metrics-addr", c.MetricsAddr})
+		out = append(out, listener{"metrics-addr", c.MetricsAddr})
 	}
-	type bind struct{ flag, host, port string }
+	return out
+}
+
+// validateListeners checks what the daemon serves: the transport, each
+// listener's address, and that no two listeners clash.
+func (c *Config) validateListeners(bad badFunc) {
+	if c.GRPCTransport != TransportDirect && c.GRPCTransport != TransportGRPCGo {
+		bad("grpc-transport", "must be %s or %s, got %q", TransportDirect, TransportGRPCGo, c.GRPCTransport)
+	}
 	var bound []bind
-	for _, l := range listeners {
-		if strings.HasPrefix(l.addr, "unix:") {
-			if l.flag != "grpc-addr" {
-				bad(l.flag, "want host:port, got %q (only --grpc-addr takes unix:)", l.addr)
-			} else if strings.TrimPrefix(l.addr, "unix:") == "" {
-				bad(l.flag, "unix: needs a socket path")
-			}
-			continue
-		}
-		host, port, err := net.SplitHostPort(l.addr)
-		if err != nil {
-			bad(l.flag, "want host:port, got %q", l.addr)
-			continue
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			bad(l.flag, "bad port %q", port)
-		}
-		// The metrics listener spends no limits and answers no requests:
-		// Prometheus scrapes it from elsewhere, as upstream's :9090.
-		if !IsLoopback(host) && !c.AllowRemote && l.flag != "metrics-addr" {
-			bad(l.flag, "%s is not a loopback address; sharelimit runs beside Envoy on loopback (pass --allow-remote to listen elsewhere)", host)
-		}
-		// Port 0 picks a free port each time, so only a fixed port can clash.
-		// Two listeners clash on one port when either takes every address
-		// (0.0.0.0, ::, or no host) or both name the same host, localhost
-		// being 127.0.0.1.
-		for _, b := range bound {
-			if port != "0" && port == b.port && (anyHost(host) || anyHost(b.host) || sameHost(host, b.host)) {
-				bad(l.flag, "%s and --%s %s both listen on port %s", l.addr, b.flag, net.JoinHostPort(b.host, b.port), port)
-			}
-		}
-		bound = append(bound, bind{l.flag, host, port})
+	for _, l := range c.listeners(bad) {
+		bound = c.checkListener(l, bound, bad)
 	}
 	if c.MetricsAddr != "" && !strings.HasPrefix(c.MetricsPath, "/") {
 		bad("metrics-path", "want a path starting with /, got %q", c.MetricsPath)
@@ -75,6 +69,49 @@ func (c *Config) Validate() error {
 	if !(c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1) {
 		bad("near-limit-ratio", "want a ratio from 0 to 1, got %v", c.NearLimitRatio)
 	}
+}
+
+// bind is a listener's host and port.
+type bind struct{ flag, host, port string }
+
+// checkListener checks l's address against the listeners bound before it,
+// and returns them with l's.
+func (c *Config) checkListener(l listener, bound []bind, bad badFunc) []bind {
+	if strings.HasPrefix(l.addr, "unix:") {
+		if l.flag != "grpc-addr" {
+			bad(l.flag, "want host:port, got %q (only --grpc-addr takes unix:)", l.addr)
+		} else if strings.TrimPrefix(l.addr, "unix:") == "" {
+			bad(l.flag, "unix: needs a socket path")
+		}
+		return bound
+	}
+	host, port, err := net.SplitHostPort(l.addr)
+	if err != nil {
+		bad(l.flag, "want host:port, got %q", l.addr)
+		return bound
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		bad(l.flag, "bad port %q", port)
+	}
+	// The metrics listener spends no limits and answers no requests:
+	// Prometheus scrapes it from elsewhere, as upstream's :9090.
+	if !IsLoopback(host) && !c.AllowRemote && l.flag != "metrics-addr" {
+		bad(l.flag, "%s is not a loopback address; sharelimit runs beside Envoy on loopback (pass --allow-remote to listen elsewhere)", host)
+	}
+	// Port 0 picks a free port each time, so only a fixed port can clash.
+	// Two listeners clash on one port when either takes every address
+	// (0.0.0.0, ::, or no host) or both name the same host, localhost
+	// being 127.0.0.1.
+	for _, b := range bound {
+		if port != "0" && port == b.port && (anyHost(host) || anyHost(b.host) || sameHost(host, b.host)) {
+			bad(l.flag, "%s and --%s %s both listen on port %s", l.addr, b.flag, net.JoinHostPort(b.host, b.port), port)
+		}
+	}
+	return append(bound, bind{l.flag, host, port})
+}
+
+// validateTLS checks the gRPC listener's TLS settings.
+func (c *Config) validateTLS(bad badFunc) {
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		bad("grpc-tls-cert", "--grpc-tls-cert and --grpc-tls-key go together")
 	}
@@ -84,57 +121,68 @@ func (c *Config) Validate() error {
 	if c.GRPCTLSClientSAN != "" && c.GRPCTLSClientCA == "" {
 		bad("grpc-tls-client-san", "needs --grpc-tls-client-ca: the name is checked in a verified client certificate")
 	}
-	for _, f := range []struct{ flag, path string }{{"grpc-tls-cert", c.GRPCTLSCert}, {"grpc-tls-key", c.GRPCTLSKey}, {"grpc-tls-client-ca", c.GRPCTLSClientCA}} {
+	checkFiles(bad, []struct{ flag, path string }{{"grpc-tls-cert", c.GRPCTLSCert}, {"grpc-tls-key", c.GRPCTLSKey}, {"grpc-tls-client-ca", c.GRPCTLSClientCA}})
+}
+
+// checkFiles reports each file named that cannot be found.
+func checkFiles(bad badFunc, files []struct{ flag, path string }) {
+	for _, f := range files {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
 				bad(f.flag, "%v", err)
 			}
 		}
 	}
-	xds := false
+}
+
+// validateRules checks where the rules come from: the xDS client's
+// settings with xDS; else that none of them is given, and the directory.
+func (c *Config) validateRules(bad badFunc) {
 	switch c.ConfigType {
 	case ConfigFile:
 	case ConfigXDS:
-		xds = true
+		c.validateXDS(bad)
+		return
 	default:
 		bad("config-type", "want FILE or GRPC_XDS_SOTW, got %q", c.ConfigType)
 	}
-	if xds {
-		c.validateXDS(bad)
-	} else {
-		// The xDS settings given, as the consul ones: a default is not given.
-		d := Defaults()
-		for _, f := range []struct {
-			flag string
-			set  bool
-		}{
-			{"xds-server-url", c.XDSServerURL != d.XDSServerURL},
-			{"xds-node-id", c.XDSNodeID != d.XDSNodeID},
-			{"xds-node-metadata", c.XDSNodeMetadata != ""},
-			{"xds-headers", c.XDSHeaders != ""},
-			{"xds-tls", c.XDSTLS},
-			{"xds-tls-cert", c.XDSTLSCert != ""},
-			{"xds-tls-key", c.XDSTLSKey != ""},
-			{"xds-tls-ca", c.XDSTLSCA != ""},
-			{"xds-tls-san", c.XDSTLSSAN != ""},
-			{"xds-backoff-initial", c.XDSBackoffInitial != d.XDSBackoffInitial},
-			{"xds-backoff-max", c.XDSBackoffMax != d.XDSBackoffMax},
-			{"xds-backoff-jitter", c.XDSBackoffJitter != d.XDSBackoffJitter},
-			{"xds-max-msg-size", c.XDSMaxMsgSize != d.XDSMaxMsgSize},
-		} {
-			if f.set {
-				bad(f.flag, "has no effect without --config-type GRPC_XDS_SOTW")
-			}
-		}
-		// The rules come from the directory only without xDS.
-		if c.ConfigDir == "" {
-			bad("config-dir", "must not be empty")
-		} else if fi, err := os.Stat(c.ConfigDir); err != nil {
-			bad("config-dir", "%v", err)
-		} else if !fi.IsDir() {
-			bad("config-dir", "%s is not a directory", c.ConfigDir)
+	// The xDS settings given, as the consul ones: a default is not given.
+	d := Defaults()
+	for _, f := range []struct {
+		flag string
+		set  bool
+	}{
+		{"xds-server-url", c.XDSServerURL != d.XDSServerURL},
+		{"xds-node-id", c.XDSNodeID != d.XDSNodeID},
+		{"xds-node-metadata", c.XDSNodeMetadata != ""},
+		{"xds-headers", c.XDSHeaders != ""},
+		{"xds-tls", c.XDSTLS},
+		{"xds-tls-cert", c.XDSTLSCert != ""},
+		{"xds-tls-key", c.XDSTLSKey != ""},
+		{"xds-tls-ca", c.XDSTLSCA != ""},
+		{"xds-tls-san", c.XDSTLSSAN != ""},
+		{"xds-backoff-initial", c.XDSBackoffInitial != d.XDSBackoffInitial},
+		{"xds-backoff-max", c.XDSBackoffMax != d.XDSBackoffMax},
+		{"xds-backoff-jitter", c.XDSBackoffJitter != d.XDSBackoffJitter},
+		{"xds-max-msg-size", c.XDSMaxMsgSize != d.XDSMaxMsgSize},
+	} {
+		if f.set {
+			bad(f.flag, "has no effect without --config-type GRPC_XDS_SOTW")
 		}
 	}
+	// The rules come from the directory only without xDS.
+	if c.ConfigDir == "" {
+		bad("config-dir", "must not be empty")
+	} else if fi, err := os.Stat(c.ConfigDir); err != nil {
+		bad("config-dir", "%v", err)
+	} else if !fi.IsDir() {
+		bad("config-dir", "%s is not a directory", c.ConfigDir)
+	}
+}
+
+// validateMembership checks how replicas are counted: the static count,
+// the Consul services and their settings, demand sharing, and DNS.
+func (c *Config) validateMembership(bad badFunc) {
 	if c.Replicas < 1 {
 		bad("replicas", "must be at least 1, got %d", c.Replicas)
 	}
@@ -153,6 +201,11 @@ func (c *Config) Validate() error {
 	if c.ConsulWait < time.Second || c.ConsulWait > 10*time.Minute {
 		bad("consul-wait", "must be between 1s and 10m (Consul caps it at 10m), got %s", c.ConsulWait)
 	}
+}
+
+// validateRuntime checks the rest: buckets, reloads, shutdown, the state
+// file, the join ramp, response headers and logging.
+func (c *Config) validateRuntime(bad badFunc) {
 	if c.MaxBuckets < 1 {
 		bad("max-buckets", "must be at least 1")
 	}
@@ -190,11 +243,10 @@ func (c *Config) Validate() error {
 	default:
 		bad("log-level", "want debug, info, warn or error, got %q", c.LogLevel)
 	}
-	return errors.Join(errs...)
 }
 
 // validateXDS checks the xDS client's settings, reporting through bad.
-func (c *Config) validateXDS(bad func(flag, format string, args ...any)) {
+func (c *Config) validateXDS(bad badFunc) {
 	if c.XDSServerURL == "" {
 		bad("xds-server-url", "must not be empty")
 	}
@@ -232,13 +284,7 @@ func (c *Config) validateXDS(bad func(flag, format string, args ...any)) {
 		if (c.XDSTLSCert == "") != (c.XDSTLSKey == "") {
 			bad("xds-tls-cert", "--xds-tls-cert and --xds-tls-key go together")
 		}
-		for _, f := range []struct{ flag, path string }{{"xds-tls-cert", c.XDSTLSCert}, {"xds-tls-key", c.XDSTLSKey}, {"xds-tls-ca", c.XDSTLSCA}} {
-			if f.path != "" {
-				if _, err := os.Stat(f.path); err != nil {
-					bad(f.flag, "%v", err)
-				}
-			}
-		}
+		checkFiles(bad, []struct{ flag, path string }{{"xds-tls-cert", c.XDSTLSCert}, {"xds-tls-key", c.XDSTLSKey}, {"xds-tls-ca", c.XDSTLSCA}})
 	}
 	if c.XDSBackoffInitial <= 0 {
 		bad("xds-backoff-initial", "must be positive")
