@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sharelimit/sharelimit/internal/human"
 )
 
 // Applying the table: what each variable that is set does to the settings,
@@ -139,14 +141,6 @@ func upstreamBy(getenv func(string) string, asCommand bool) []string {
 // error in upstream's JSON when the environment is upstream's).
 func UpstreamBy(environ []string, asCommand bool) []string {
 	return upstreamBy(withoutServiceLinks(Getenv(environ)), asCommand)
-}
-
-// abridge joins the first n names, and counts the rest.
-func abridge(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // val is a variable's value; empty counts as unset, as for ApplyEnv. Only
@@ -386,7 +380,7 @@ func (u *upstreamEnv) notices() []Notice {
 	if len(u.remote) > 0 && u.c.AllowRemote {
 		var why string
 		if len(u.c.UpstreamBy) > 0 {
-			why = "upstream's environment (" + abridge(u.c.UpstreamBy, 3) + "), so listening where upstream listened"
+			why = "upstream's environment (" + human.Names(u.c.UpstreamBy) + "), so listening where upstream listened"
 		} else {
 			why = "upstream's host variables ask for it"
 		}

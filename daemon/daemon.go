@@ -29,6 +29,7 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/internal/gcpace"
+	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/server"
@@ -362,11 +363,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		}
 		if first.Source == "static" && unshared(cfg) {
 			first.Fault = membership.FaultUnshared
-			by := cfg.UpstreamBy
-			if len(by) > 3 {
-				by = append(by[:3:3], "...")
-			}
-			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+strings.Join(by, ", ")+
+			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+human.Names(cfg.UpstreamBy)+
 				"), whose replicas shared one count in Redis, and membership is static at --replicas 1, so N replicas admit up to N times each limit; "+
 				"set "+config.EnvName("peers-dns")+" to a name that resolves to every replica (a Kubernetes headless Service, a compose service), "+
 				"or "+config.EnvName("replicas")+" to the replica count", "fault", membership.FaultUnshared)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/human"
 )
 
 // Defaults for the zero fields of DNSConfig.
@@ -566,11 +568,7 @@ func (s *DNS) logSelf(v, prev *View, wasSelf bool) {
 	}
 	if !s.unsharedWarned {
 		s.unsharedWarned = true
-		by := s.cfg.UpstreamBy
-		if len(by) > 3 {
-			by = append(by[:3:3], "...")
-		}
-		s.log.Warn("dns membership: the name resolves to none of this host's addresses, so its count is not the replicas' (with one address, every replica enforces every limit whole). This is upstream's deployment ("+strings.Join(by, ", ")+
+		s.log.Warn("dns membership: the name resolves to none of this host's addresses, so its count is not the replicas' (with one address, every replica enforces every limit whole). This is upstream's deployment ("+human.Names(s.cfg.UpstreamBy)+
 			"), and the name is likely a ClusterIP Service's or a load balancer's address rather than the replicas': name a headless Service (clusterIP: None) selecting the replicas, or tasks.<service> in Docker swarm",
 			"name", s.cfg.Name, "address", s.onlyAddr(), "fault", FaultUnshared)
 	}

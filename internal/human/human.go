@@ -1,11 +1,13 @@
 // Package human formats the figures the admin pages and the CLI show to a
 // person: rates in a limit's own unit with a few significant digits, ages,
-// and counts. It exists because the raw float formatting the machine-readable
+// counts, and lists of names. It exists because the raw float formatting the machine-readable
 // outputs use ("5.78704e-05") is what an operator reads at 3 a.m., and every
 // human-facing output should say the same figure the same way.
 //
 // The package knows the units of upstream's YAML by name only, so that the
-// descriptors package could use it too without an import cycle.
+// descriptors package could use it too without an import cycle. It must never
+// be used for what a machine reads (/metrics, /json, the wire): those keep
+// their exact figures.
 package human
 
 import (
