@@ -80,7 +80,9 @@ type Config struct {
 	Label string
 }
 
-// Validate reports every problem with c at once.
+// Validate reports every problem with c at once. It is a flat list of
+// independent checks, one per field, in the order of the fields: its
+// complexity is their count, not nesting.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
