@@ -1,8 +1,3 @@
-// Package source is where rule sets come from. A source turns what it reads
-// into a validated *descriptors.Set through descriptors.Compile and hands it to
-// an apply function, which may refuse it; it never touches buckets, metrics or
-// the engine. The file source (Load, and Watcher for a directory that changes)
-// is the source today; xDS is the next.
 package source
 
 import (
