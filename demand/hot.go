@@ -47,12 +47,7 @@ func Hottest(total map[uint64]float64, qualifies map[uint64]bool, hot map[uint64
 		}
 		all = append(all, ranked{id, s})
 	}
-	slices.SortFunc(all, func(a, b ranked) int {
-		if c := cmp.Compare(b.score, a.score); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.id, b.id)
-	})
+	slices.SortFunc(all, func(a, b ranked) int { return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(a.id, b.id)) })
 	out := make([]uint64, 0, min(len(all), max(k, 0)))
 	for _, r := range all[:min(len(all), max(k, 0))] {
 		out = append(out, r.id)
@@ -128,11 +123,6 @@ func (c *Candidates) Top(n int) []ValueDemand {
 	for id, r := range c.rates {
 		out = append(out, ValueDemand{ID: id, Offered: r})
 	}
-	slices.SortFunc(out, func(a, b ValueDemand) int {
-		if x := cmp.Compare(b.Offered, a.Offered); x != 0 {
-			return x
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(out, func(a, b ValueDemand) int { return cmp.Or(cmp.Compare(b.Offered, a.Offered), cmp.Compare(a.ID, b.ID)) })
 	return out[:min(len(out), max(n, 0))]
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/sharelimit/sharelimit/descriptors"
@@ -149,7 +148,7 @@ func ListFiles(dir string, all bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -175,6 +174,6 @@ func listTop(dir string) ([]string, error) {
 		}
 		out = append(out, full)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out, nil
 }
