@@ -137,3 +137,6 @@ func SVG(equal, dem *Result) ([]byte, error) {
 	chart.Render(&b, &s)
 	return b.Bytes(), nil
 }
+
+// pad makes node names sort by number.
+func pad(name string) string { return fmt.Sprintf("%12s", name) }

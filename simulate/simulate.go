@@ -357,6 +357,3 @@ func (s *sim) closeBin(end time.Duration, sumW float64) {
 	}
 	s.bin = Bin{}
 }
-
-// pad makes node names sort by number.
-func pad(name string) string { return fmt.Sprintf("%12s", name) }
