@@ -1,13 +1,12 @@
 package h2
 
-// A stream's life on the reading side: HEADERS open it, DATA fills its
-// request, and a complete ShouldRateLimit request is decided and answered;
-// requests that are not gRPC get an HTTP status.
+// A stream's life on the reading side after its HEADERS (headers.go): DATA
+// fills its request, and a complete ShouldRateLimit request is decided and
+// answered; requests that are not gRPC get an HTTP status.
 
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -17,139 +16,6 @@ import (
 
 	"github.com/sharelimit/sharelimit/server/wire"
 )
-
-// headers opens a stream, or ends one with trailers from the client.
-func (c *conn) headers(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
-	if id%2 == 0 {
-		return http2.ConnectionError(http2.ErrCodeProtocol)
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if f.HasPriority() && f.Priority.StreamDep == id {
-		c.lastStream = max(c.lastStream, id)
-		if st := c.streams[id]; st != nil {
-			c.drop(st) // trailers on an open stream: it ends here
-		}
-		c.reset(id, http2.ErrCodeProtocol)
-		return nil
-	}
-	if id <= c.lastStream {
-		st := c.streams[id]
-		if st == nil {
-			switch known, mayFrame := c.closedState(id); {
-			case known && mayFrame:
-				return nil // trailers after this server reset the stream
-			case known:
-				return http2.ConnectionError(http2.ErrCodeStreamClosed)
-			default:
-				return http2.ConnectionError(http2.ErrCodeProtocol) // a stream ID going backwards
-			}
-		}
-		return c.trailersIn(st, f)
-	}
-	c.lastStream = id
-	c.pingStrikes = 0
-	if c.open >= MaxConcurrentStreams && len(c.streams) < MaxConcurrentStreams {
-		c.waitSlot()
-	}
-	if c.goneAway || c.closed || c.open >= MaxConcurrentStreams {
-		c.reset(id, http2.ErrCodeRefusedStream)
-		return nil
-	}
-	var path, method, scheme, contentType, timeout, encoding string
-	length := int64(-1)
-	size := 0 // the header list's size, as RFC 9113 counts it
-	for _, hf := range f.Fields {
-		size += len(hf.Name) + len(hf.Value) + 32
-		switch hf.Name {
-		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			// Connection-specific: malformed in HTTP/2 (RFC 9113, 8.2.2).
-			c.reset(id, http2.ErrCodeProtocol)
-			return nil
-		case "te":
-			if hf.Value != "trailers" {
-				c.reset(id, http2.ErrCodeProtocol)
-				return nil
-			}
-		case ":scheme":
-			scheme = hf.Value
-		case "content-length":
-			n, err := strconv.ParseUint(hf.Value, 10, 63)
-			if err != nil || (length >= 0 && int64(n) != length) {
-				c.reset(id, http2.ErrCodeProtocol)
-				return nil
-			}
-			length = int64(n)
-		case ":path":
-			path = hf.Value
-		case ":method":
-			method = hf.Value
-		case "content-type":
-			contentType = hf.Value
-		case "grpc-timeout":
-			timeout = hf.Value
-		case "grpc-encoding":
-			encoding = hf.Value
-		}
-	}
-	st := &stream{id: id, sendWin: c.peerWin, recvWin: streamWindow, recvDone: f.StreamEnded(), length: length}
-	c.streams[id] = st
-	c.open++
-	switch {
-	case path == "" || method == "" || scheme == "" || (st.recvDone && length > 0):
-		c.drop(st)
-		c.out = appendRSTStream(c.out, id, http2.ErrCodeProtocol)
-		return nil
-	case method != "POST":
-		st.notGRPC, st.head = "405", method == "HEAD"
-	case !isGRPC(contentType):
-		st.notGRPC = "415"
-	}
-	if st.notGRPC != "" {
-		// Answered once the client has sent the whole request, as HTTP
-		// servers do.
-		if st.recvDone {
-			c.refuse(st)
-		}
-		return nil
-	}
-	if f.Truncated || size > maxHeaderList {
-		c.finish(st, codes.ResourceExhausted, fmt.Sprintf("header list larger than %d bytes", maxHeaderList))
-		return nil
-	}
-	if timeout != "" {
-		d, err := parseTimeout(timeout)
-		if err != nil {
-			// As grpc-go: HTTP 400 with the gRPC status.
-			st.sentHead = true
-			c.reply(st, appendStatusFields(appendNeverIndexed(appendNeverIndexed(nil, ":status", "400"), "content-type", "application/grpc"),
-				codes.Internal, "malformed grpc-timeout: "+err.Error()))
-			return nil
-		}
-		if d <= 0 {
-			// Expired already: never decided, so it spends no token.
-			c.finish(st, codes.DeadlineExceeded, errDeadline)
-			return nil
-		}
-		st.deadline, st.timed = time.Now().Add(d), true
-		if !st.recvDone && path == Path {
-			c.arriving = append(c.arriving, st)
-		}
-	}
-	if encoding != "" && encoding != "identity" {
-		c.finish(st, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", encoding))
-		return nil
-	}
-	if path != Path {
-		c.startRelay(st, path)
-		return nil
-	}
-	if st.recvDone {
-		c.finish(st, codes.Internal, errNoMessage)
-	}
-	return nil
-}
 
 // slotWait bounds how long a new stream waits for a slot that relayed calls
 // still ending hold.
@@ -179,35 +45,7 @@ func (c *conn) waitSlot() {
 	}
 }
 
-// trailersIn takes a HEADERS frame on an open stream: the client's trailers,
-// which end its side.
-func (c *conn) trailersIn(st *stream, f *http2.MetaHeadersFrame) error {
-	switch {
-	case st.recvDone:
-		c.drop(st)
-		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeStreamClosed)
-	case !f.StreamEnded():
-		return http2.ConnectionError(http2.ErrCodeProtocol)
-	case len(f.PseudoFields()) > 0 || (st.length >= 0 && st.got != st.length):
-		c.drop(st)
-		c.out = appendRSTStream(c.out, st.id, http2.ErrCodeProtocol)
-	default:
-		c.endRecv(st)
-	}
-	return nil
-}
-
 const errNoMessage = "cardinality violation: received no request message from non-client-streaming RPC"
-
-// isGRPC reports whether a content-type is gRPC's: application/grpc, alone
-// or with a subtype.
-func isGRPC(ct string) bool {
-	const g = "application/grpc"
-	if len(ct) < len(g) || ct[:len(g)] != g {
-		return false
-	}
-	return len(ct) == len(g) || ct[len(g)] == '+' || ct[len(g)] == ';'
-}
 
 // data takes a DATA frame: flow control first, then the stream's message.
 func (c *conn) data(f *http2.DataFrame) error {
