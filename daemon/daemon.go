@@ -166,10 +166,10 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	}
 	d.health = server.NewHealth()
 	d.streams = server.NewStreamCloser()
-	var err error
-	if d.grpc, err = server.NewGRPC(svc, d.health, tlsConfig, cfg.GRPCTransport == config.TransportDirect, log.With("component", "grpc"), d.streams.ServerOption()); err != nil {
-		d.closeListeners()
-		return nil, err
+	if cfg.GRPCTransport == config.TransportDirect {
+		d.grpc = server.NewDirectServer(svc, d.health, tlsConfig, log.With("component", "grpc"), d.streams.ServerOption())
+	} else {
+		d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
 	}
 	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
 	d.admin.SetVersion(version)

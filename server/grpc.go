@@ -40,9 +40,10 @@ func NewHealth() *health.Server {
 	return h
 }
 
-// NewGRPCServer builds the gRPC server: the rate-limit service, health and
-// reflection, on GRPCOptions, with TLS when tlsConfig is not nil. extra comes
-// last: a StreamCloser's ServerOption, for one.
+// NewGRPCServer builds the gRPC server on grpc-go's transport: the
+// rate-limit service, health and reflection, on GRPCOptions, with TLS when
+// tlsConfig is not nil. extra comes last: a StreamCloser's ServerOption, for
+// one.
 func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig *tls.Config, extra ...grpc.ServerOption) *grpc.Server {
 	opts := GRPCOptions()
 	if tlsConfig != nil {
@@ -55,22 +56,25 @@ func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig
 	return gs
 }
 
-// GRPC serves the gRPC listener: a *grpc.Server, or an *h2.Server in front
-// of one.
+// GRPC serves the gRPC listener: a *grpc.Server (NewGRPCServer), or an
+// *h2.Server in front of one (NewDirectServer).
 type GRPC interface {
 	Serve(net.Listener) error
 	GracefulStop()
 	Stop()
 }
 
-// NewGRPC builds what serves the gRPC listener. With direct, ShouldRateLimit
-// is answered on package h2's transport, and every other call (health,
-// reflection) goes to a grpc-go server built by NewGRPCServer; otherwise that
-// grpc-go server serves everything. extra is as for NewGRPCServer.
-func NewGRPC(svc *Service, h *health.Server, tlsConfig *tls.Config, direct bool, log *slog.Logger, extra ...grpc.ServerOption) (GRPC, error) {
-	if !direct {
-		return NewGRPCServer(svc, h, tlsConfig, extra...), nil
-	}
+var (
+	_ GRPC = (*grpc.Server)(nil)
+	_ GRPC = (*h2.Server)(nil)
+)
+
+// NewDirectServer builds what serves the gRPC listener on package h2's
+// transport: ShouldRateLimit is answered there, and every other call
+// (health, reflection) is relayed to a grpc-go server built by
+// NewGRPCServer, which the first Serve starts. extra is as for
+// NewGRPCServer.
+func NewDirectServer(svc *Service, h *health.Server, tlsConfig *tls.Config, log *slog.Logger, extra ...grpc.ServerOption) *h2.Server {
 	// The grpc-go server is reached in-process only: TLS, when asked for,
 	// is on the connections h2 accepts. Every client connection's relayed
 	// calls share its one in-process connection, so the stream limit is

@@ -63,10 +63,7 @@ func newFixtureSet(t *testing.T, opts Options, weight float64, set *descriptors.
 	}
 	f.svc = NewService(f.engine, func() int64 { return f.now }, f.metrics, opts, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h := NewHealth()
-	gs, err := NewGRPC(f.svc, h, nil, true, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gs := NewDirectServer(f.svc, h, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -74,11 +74,10 @@ func transports(t *testing.T, test func(t *testing.T, direct bool)) {
 // newGRPC builds the gRPC server on the transport asked for.
 func newGRPC(t *testing.T, svc *Service, cfg *tls.Config, direct bool) GRPC {
 	t.Helper()
-	gs, err := NewGRPC(svc, NewHealth(), cfg, direct, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
+	if direct {
+		return NewDirectServer(svc, NewHealth(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
-	return gs
+	return NewGRPCServer(svc, NewHealth(), cfg)
 }
 
 func TestMutualTLS(t *testing.T) { transports(t, testMutualTLS) }

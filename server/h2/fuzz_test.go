@@ -128,7 +128,12 @@ func FuzzConn(f *testing.F) {
 	var panics atomic.Int64
 	inner := grpc.NewServer()
 	healthpb.RegisterHealthServer(inner, health.NewServer())
-	s, err := New(stubRLS{}, inner, nil, slog.New(panicLog{&panics}))
+	s := New(stubRLS{}, inner, nil, slog.New(panicLog{&panics}))
+	// Connections are handed over without Serve, which would start the
+	// grpc-go server the relayed calls go to.
+	s.mu.Lock()
+	err := s.startInner()
+	s.mu.Unlock()
 	if err != nil {
 		f.Fatal(err)
 	}

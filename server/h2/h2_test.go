@@ -67,8 +67,10 @@ func startWith(t testing.TB, direct bool, opts server.Options, cfg *tls.Config) 
 	*now = int64(time.Hour)
 	svc := server.NewService(engine, func() int64 { return *now }, metrics, opts, quiet)
 	d := &daemon{now: now, health: server.NewHealth()}
-	if d.gs, err = server.NewGRPC(svc, d.health, cfg, direct, quiet); err != nil {
-		t.Fatal(err)
+	if direct {
+		d.gs = server.NewDirectServer(svc, d.health, cfg, quiet)
+	} else {
+		d.gs = server.NewGRPCServer(svc, d.health, cfg)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,10 +16,7 @@ import (
 // connects to it: the preface and empty SETTINGS are sent.
 func keepaliveClient(t *testing.T, d time.Duration) (net.Conn, *http2.Framer) {
 	t.Helper()
-	s, err := New(stubRLS{}, grpc.NewServer(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := New(stubRLS{}, grpc.NewServer(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.keepaliveTime, s.keepaliveTimeout = d, d/2
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

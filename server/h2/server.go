@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -30,7 +31,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 // Answerer decides a rate-limit request without blocking: the answer, or an
@@ -90,8 +90,7 @@ type Server struct {
 	tls                             *tls.Config
 	log                             *slog.Logger
 
-	innerLis *bufconn.Listener
-	innerCC  *grpc.ClientConn
+	innerCC  *grpc.ClientConn // nil until the first Serve; set with mu held
 	innerRun sync.WaitGroup
 
 	mu        sync.Mutex
@@ -103,37 +102,47 @@ type Server struct {
 }
 
 // New returns a server deciding ShouldRateLimit with rls and relaying every
-// other call to inner, which it starts on an in-process listener. With
-// tlsConfig, connections are TLS with ALPN "h2".
-func New(rls Answerer, inner *grpc.Server, tlsConfig *tls.Config, log *slog.Logger) (*Server, error) {
+// other call to inner. It starts nothing: the first Serve starts inner, on an
+// in-process listener, and Stop or GracefulStop stops it, started or not.
+// With tlsConfig, connections are TLS with ALPN "h2".
+func New(rls Answerer, inner *grpc.Server, tlsConfig *tls.Config, log *slog.Logger) *Server {
 	s := &Server{
 		rls: rls, inner: inner, log: log,
 		keepaliveTime: KeepaliveTime, keepaliveTimeout: KeepaliveTimeout,
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
-		innerLis:  bufconn.Listen(256 << 10),
 	}
 	s.connsGone = sync.NewCond(&s.mu)
 	if tlsConfig != nil {
 		s.tls = tlsConfig.Clone()
 		s.tls.NextProtos = []string{"h2"}
 	}
+	return s
+}
+
+// startInner starts, once, the grpc-go server the relayed calls go to, on an
+// in-process listener, and the client connection they take to it. Called
+// with mu held, before the first connection is served.
+func (s *Server) startInner() error {
+	if s.innerCC != nil {
+		return nil
+	}
+	lis := newPipeListener()
 	cc, err := grpc.NewClient("passthrough:///sharelimit-inner",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.innerLis.DialContext(ctx) }),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.dial(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 	)
 	if err != nil {
-		inner.Stop() // its stream workers started when it was built
-		return nil, err
+		return fmt.Errorf("h2: connect to the in-process gRPC server: %w", err)
 	}
 	s.innerCC = cc
 	s.innerRun.Add(1)
 	go func() {
 		defer s.innerRun.Done()
-		inner.Serve(s.innerLis)
+		s.inner.Serve(lis)
 	}()
-	return s, nil
+	return nil
 }
 
 // ErrServerStopped is what Serve returns once the server has stopped.
@@ -147,6 +156,11 @@ func (s *Server) Serve(lis net.Listener) error {
 		s.mu.Unlock()
 		lis.Close()
 		return ErrServerStopped
+	}
+	if err := s.startInner(); err != nil {
+		s.mu.Unlock()
+		lis.Close()
+		return err
 	}
 	s.listeners[lis] = struct{}{}
 	s.mu.Unlock()
@@ -232,12 +246,15 @@ func (s *Server) stop(graceful bool) {
 	for len(s.conns) > 0 {
 		s.connsGone.Wait()
 	}
+	cc := s.innerCC // no Serve starts it from here on
 	s.mu.Unlock()
 	if graceful {
 		s.inner.GracefulStop()
 	} else {
 		s.inner.Stop()
 	}
-	s.innerCC.Close()
+	if cc != nil {
+		cc.Close()
+	}
 	s.innerRun.Wait()
 }
