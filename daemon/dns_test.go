@@ -66,7 +66,7 @@ func TestDNSMembership(t *testing.T) {
 		t.Fatalf("weight %v after a deregistration, within the ten minutes of its hold; want 0.25", w)
 	}
 
-	var rl server.Config
+	var rl server.RLConfig
 	getJSON(t, base+"/rlconfig?format=json", &rl)
 	m := rl.Membership
 	if m.Source != "dns" || m.Name != "web.service.consul." || m.Service != "" || m.Total != 4 || m.Local != 1 || m.Pending == nil || m.Pending.Total != 3 {

@@ -118,7 +118,7 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 	weights("start", map[string]float64{"a": 0.25, "b": 0.5, "c": 0.2})
 	buckets("start", map[string]uint32{"a": 100, "b": 200, "c": 80})
 
-	var rl server.Config
+	var rl server.RLConfig
 	getJSON(t, base+"/rlconfig?format=json", &rl)
 	if rl.Membership.Service != "" || rl.Membership.Source != "static" || rl.Membership.Total != 5 || len(rl.Services) != 2 {
 		t.Fatalf("/rlconfig views: default %+v, services %+v", rl.Membership, rl.Services)

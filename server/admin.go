@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
-	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -256,107 +255,6 @@ func (a *Admin) json(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
-}
-
-// RuleInfo is one rule as /rlconfig reports it.
-type RuleInfo struct {
-	Domain   string `json:"domain"`
-	Rule     string `json:"rule"`
-	Position string `json:"position"`
-	Limit    string `json:"limit"`
-	// Unit is the limit's unit, in which the pages show its rates.
-	Unit         string  `json:"unit,omitempty"`
-	Unlimited    bool    `json:"unlimited,omitempty"`
-	ClusterRate  float64 `json:"cluster_rate_per_second"`
-	ClusterBurst uint64  `json:"cluster_burst"`
-	LocalRate    float64 `json:"local_rate_per_second"`
-	LocalBurst   float64 `json:"local_burst"`
-	PerValue     bool    `json:"per_value,omitempty"`
-	// Share is "cluster" (divided by Weight) or "replica" (not divided).
-	Share string `json:"share"`
-	// Service is the Consul service whose view divides the rule's domain;
-	// "" for the default view.
-	Service       string  `json:"service,omitempty"`
-	Weight        float64 `json:"weight"`
-	ShadowMode    bool    `json:"shadow_mode,omitempty"`
-	Name          string  `json:"name,omitempty"`
-	BelowOneToken bool    `json:"below_one_token,omitempty"`
-	// RampSeconds is the rule's join ramp while it is in progress: its new
-	// buckets start at the ramp's elapsed time over this; 0 with none.
-	RampSeconds float64 `json:"join_ramp_seconds,omitempty"`
-}
-
-// Config is what /rlconfig reports.
-type Config struct {
-	// Membership is the default view: --consul-service's, or the static count.
-	Membership View `json:"membership"`
-	// Services are the views of the --domain-service services, in flag order.
-	Services   []View       `json:"services,omitempty"`
-	Reload     ReloadStatus `json:"reload"`
-	Buckets    int          `json:"buckets"`
-	MaxBuckets int          `json:"max_buckets"`
-	Overflowed uint64       `json:"overflowed"`
-	// JoinRamp is the join ramp in progress (--join-ramp), nil when none.
-	JoinRamp *JoinRamp  `json:"join_ramp,omitempty"`
-	Rules    []RuleInfo `json:"rules"`
-}
-
-// JoinRamp is a join ramp in progress: new buckets start emptier than full.
-type JoinRamp struct {
-	// ElapsedSeconds is the time since the ramp began; a rule's new buckets
-	// start at ElapsedSeconds ÷ its ramp (RuleInfo.RampSeconds), at most full.
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-	EndsInSeconds  float64 `json:"ends_in_seconds"`
-	Rejected       uint64  `json:"rejected"`
-	WithheldTokens uint64  `json:"withheld_tokens"`
-}
-
-// Snapshot gathers /rlconfig's figures.
-func (a *Admin) Snapshot() Config {
-	views := a.views()
-	store := a.engine.Store()
-	c := Config{Membership: views[0], Services: views[1:], Reload: a.reload(), Buckets: store.Live(),
-		MaxBuckets: store.Max(), Overflowed: store.Overflowed()}
-	now := a.svc.clock()
-	ramp := store.Ramp(now)
-	if ramp != nil {
-		c.JoinRamp = &JoinRamp{ElapsedSeconds: float64(now-ramp.Start) / 1e9, EndsInSeconds: float64(ramp.End()-now) / 1e9,
-			Rejected: store.RampRejected(), WithheldTokens: store.RampWithheld()}
-	}
-	serviceOf := map[string]string{}
-	for _, v := range c.Services {
-		for _, d := range v.Domains {
-			serviceOf[d] = v.Service
-		}
-	}
-	for _, r := range a.engine.Set().Rules() {
-		lim := r.Limit()
-		if lim == nil {
-			continue
-		}
-		w := a.engine.RuleWeight(r).W
-		info := RuleInfo{Domain: r.Domain(), Rule: r.Path(), Position: r.Pos().String(), Limit: lim.String(),
-			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name(),
-			Share: lim.Share().String(), Service: serviceOf[r.Domain()], Weight: w}
-		if info.Service == "" {
-			info.Service = c.Membership.Service
-		}
-		if !lim.Unlimited() {
-			info.Unit = lim.Unit().String()
-			p := lim.Params()
-			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
-			info.LocalRate, info.LocalBurst = p.Local(w)
-			info.BelowOneToken = !p.Blocked() && p.Size*w < 1
-			if ramp != nil {
-				if d := ramp.Duration(&p); now-ramp.Start < int64(d) {
-					info.RampSeconds = d.Seconds()
-				}
-			}
-		}
-		c.Rules = append(c.Rules, info)
-	}
-	sort.SliceStable(c.Rules, func(i, j int) bool { return c.Rules[i].Domain < c.Rules[j].Domain })
-	return c
 }
 
 // trimFloat formats f with at most prec significant digits, as /rlconfig and

@@ -80,7 +80,7 @@ func TestRLConfig(t *testing.T) {
 		t.Fatalf("/rlconfig:\n%s", body)
 	}
 	code, body = get(t, srv.URL+"/rlconfig?format=json")
-	var c Config
+	var c RLConfig
 	if code != 200 || json.Unmarshal([]byte(body), &c) != nil || c.Membership.Weight != 0.5 || len(c.Rules) != 8 || c.Reload.Generation != 3 {
 		t.Fatalf("json: %d %s", code, body)
 	}
@@ -136,7 +136,7 @@ func TestStatusPage(t *testing.T) {
 		t.Fatalf("status page %d:\n%s", code, page)
 	}
 	_, js := get(t, srv.URL+"/rlconfig?format=json")
-	var c Config
+	var c RLConfig
 	if err := json.Unmarshal([]byte(js), &c); err != nil {
 		t.Fatal(err)
 	}

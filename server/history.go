@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -327,4 +330,18 @@ func sub(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
+}
+
+// historyJSON serves the rules' last ten minutes for scripts: the same
+// rings the status page draws, every rule kept.
+func (a *Admin) historyJSON(w http.ResponseWriter, _ *http.Request) {
+	h := a.historyAt(time.Now(), nil)
+	sort.Slice(h.Rules, func(i, j int) bool {
+		if h.Rules[i].Domain != h.Rules[j].Domain {
+			return h.Rules[i].Domain < h.Rules[j].Domain
+		}
+		return h.Rules[i].Rule < h.Rules[j].Rule
+	})
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(h)
 }

@@ -20,7 +20,7 @@ func TestJoinRampShown(t *testing.T) {
 		t.Fatalf("/rlconfig:\n%s", text)
 	}
 	_, js := get(t, srv.URL+"/rlconfig?format=json")
-	var c Config
+	var c RLConfig
 	if err := json.Unmarshal([]byte(js), &c); err != nil || c.JoinRamp == nil || c.JoinRamp.EndsInSeconds <= 0 {
 		t.Fatalf("json join_ramp: %+v %v", c.JoinRamp, err)
 	}

@@ -15,8 +15,110 @@ import (
 	"github.com/sharelimit/sharelimit/membership"
 )
 
+// RuleInfo is one rule as /rlconfig reports it.
+type RuleInfo struct {
+	Domain   string `json:"domain"`
+	Rule     string `json:"rule"`
+	Position string `json:"position"`
+	Limit    string `json:"limit"`
+	// Unit is the limit's unit, in which the pages show its rates.
+	Unit         string  `json:"unit,omitempty"`
+	Unlimited    bool    `json:"unlimited,omitempty"`
+	ClusterRate  float64 `json:"cluster_rate_per_second"`
+	ClusterBurst uint64  `json:"cluster_burst"`
+	LocalRate    float64 `json:"local_rate_per_second"`
+	LocalBurst   float64 `json:"local_burst"`
+	PerValue     bool    `json:"per_value,omitempty"`
+	// Share is "cluster" (divided by Weight) or "replica" (not divided).
+	Share string `json:"share"`
+	// Service is the Consul service whose view divides the rule's domain;
+	// "" for the default view.
+	Service       string  `json:"service,omitempty"`
+	Weight        float64 `json:"weight"`
+	ShadowMode    bool    `json:"shadow_mode,omitempty"`
+	Name          string  `json:"name,omitempty"`
+	BelowOneToken bool    `json:"below_one_token,omitempty"`
+	// RampSeconds is the rule's join ramp while it is in progress: its new
+	// buckets start at the ramp's elapsed time over this; 0 with none.
+	RampSeconds float64 `json:"join_ramp_seconds,omitempty"`
+}
+
+// RLConfig is what /rlconfig reports, as JSON with ?format=json, and what
+// the status page is built from.
+type RLConfig struct {
+	// Membership is the default view: --consul-service's, or the static count.
+	Membership View `json:"membership"`
+	// Services are the views of the --domain-service services, in flag order.
+	Services   []View       `json:"services,omitempty"`
+	Reload     ReloadStatus `json:"reload"`
+	Buckets    int          `json:"buckets"`
+	MaxBuckets int          `json:"max_buckets"`
+	Overflowed uint64       `json:"overflowed"`
+	// JoinRamp is the join ramp in progress (--join-ramp), nil when none.
+	JoinRamp *JoinRamp  `json:"join_ramp,omitempty"`
+	Rules    []RuleInfo `json:"rules"`
+}
+
+// JoinRamp is a join ramp in progress: new buckets start emptier than full.
+type JoinRamp struct {
+	// ElapsedSeconds is the time since the ramp began; a rule's new buckets
+	// start at ElapsedSeconds ÷ its ramp (RuleInfo.RampSeconds), at most full.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	EndsInSeconds  float64 `json:"ends_in_seconds"`
+	Rejected       uint64  `json:"rejected"`
+	WithheldTokens uint64  `json:"withheld_tokens"`
+}
+
+// RLConfig gathers /rlconfig's figures.
+func (a *Admin) RLConfig() RLConfig {
+	views := a.views()
+	store := a.engine.Store()
+	c := RLConfig{Membership: views[0], Services: views[1:], Reload: a.reload(), Buckets: store.Live(),
+		MaxBuckets: store.Max(), Overflowed: store.Overflowed()}
+	now := a.svc.clock()
+	ramp := store.Ramp(now)
+	if ramp != nil {
+		c.JoinRamp = &JoinRamp{ElapsedSeconds: float64(now-ramp.Start) / 1e9, EndsInSeconds: float64(ramp.End()-now) / 1e9,
+			Rejected: store.RampRejected(), WithheldTokens: store.RampWithheld()}
+	}
+	serviceOf := map[string]string{}
+	for _, v := range c.Services {
+		for _, d := range v.Domains {
+			serviceOf[d] = v.Service
+		}
+	}
+	for _, r := range a.engine.Set().Rules() {
+		lim := r.Limit()
+		if lim == nil {
+			continue
+		}
+		w := a.engine.RuleWeight(r).W
+		info := RuleInfo{Domain: r.Domain(), Rule: r.Path(), Position: r.Pos().String(), Limit: lim.String(),
+			Unlimited: lim.Unlimited(), PerValue: r.PerValue(), ShadowMode: r.ShadowMode(), Name: lim.Name(),
+			Share: lim.Share().String(), Service: serviceOf[r.Domain()], Weight: w}
+		if info.Service == "" {
+			info.Service = c.Membership.Service
+		}
+		if !lim.Unlimited() {
+			info.Unit = lim.Unit().String()
+			p := lim.Params()
+			info.ClusterRate, info.ClusterBurst = p.Rate, lim.Burst()
+			info.LocalRate, info.LocalBurst = p.Local(w)
+			info.BelowOneToken = !p.Blocked() && p.Size*w < 1
+			if ramp != nil {
+				if d := ramp.Duration(&p); now-ramp.Start < int64(d) {
+					info.RampSeconds = d.Seconds()
+				}
+			}
+		}
+		c.Rules = append(c.Rules, info)
+	}
+	sort.SliceStable(c.Rules, func(i, j int) bool { return c.Rules[i].Domain < c.Rules[j].Domain })
+	return c
+}
+
 func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
-	c := a.Snapshot()
+	c := a.RLConfig()
 	if r.URL.Query().Get("format") == "json" {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -147,17 +249,3 @@ func valueSuffix(v string) string {
 
 // seconds formats a span given in seconds as the pages do: "1.5 s", "2 min 5 s".
 func seconds(s float64) string { return human.Seconds(s) }
-
-// historyJSON serves the rules' last ten minutes for scripts: the same
-// rings the status page draws, every rule kept.
-func (a *Admin) historyJSON(w http.ResponseWriter, _ *http.Request) {
-	h := a.historyAt(time.Now(), nil)
-	sort.Slice(h.Rules, func(i, j int) bool {
-		if h.Rules[i].Domain != h.Rules[j].Domain {
-			return h.Rules[i].Domain < h.Rules[j].Domain
-		}
-		return h.Rules[i].Rule < h.Rules[j].Rule
-	})
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(h)
-}

@@ -55,7 +55,7 @@ func TestRLConfigShowsEveryService(t *testing.T) {
 		}
 	}
 	_, body := get(t, srv.URL+"/rlconfig?format=json")
-	var c Config
+	var c RLConfig
 	if err := json.Unmarshal([]byte(body), &c); err != nil {
 		t.Fatal(err)
 	}

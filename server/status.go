@@ -41,7 +41,7 @@ const (
 // Status is what the status page shows. It is built from the same snapshot as
 // /rlconfig, so the two never disagree.
 type Status struct {
-	Config
+	RLConfig
 	Version      string
 	GeneratedAt  time.Time
 	TopOverLimit []TopKey
@@ -110,8 +110,8 @@ func countOf(n any) string {
 // statusPage renders the status page at /; ?page=N picks the page of rules.
 func (a *Admin) statusPage(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	c := a.Snapshot()
-	st := Status{Config: c, Version: a.version, GeneratedAt: now, TopOverLimit: a.metrics.overLimit.top(20, topWindow),
+	c := a.RLConfig()
+	st := Status{RLConfig: c, Version: a.version, GeneratedAt: now, TopOverLimit: a.metrics.overLimit.top(20, topWindow),
 		PerPage: rulesPerPage, TotalRules: len(c.Rules), MaxHistoryRules: maxHistoryRules, MaxDemandRows: maxDemandRows}
 	for _, v := range append([]View{c.Membership}, c.Services...) {
 		st.ViewRows = append(st.ViewRows, capDemand(v))

@@ -93,7 +93,7 @@ func liveView(admin, domain string) (server.View, *server.JoinRamp, error) {
 	if resp.StatusCode != http.StatusOK {
 		return server.View{}, nil, fmt.Errorf("read the daemon's views: %s", resp.Status)
 	}
-	var c server.Config
+	var c server.RLConfig
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&c); err != nil {
 		return server.View{}, nil, fmt.Errorf("read the daemon's views: %w", err)
 	}

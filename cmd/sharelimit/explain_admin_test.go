@@ -14,7 +14,7 @@ import (
 // explain --admin divides by the weight of the domain's own view in the
 // running daemon: the service --domain-service maps it to, else the default.
 func TestExplainAdminUsesTheDomainsView(t *testing.T) {
-	cfg := server.Config{
+	cfg := server.RLConfig{
 		Membership: server.View{Source: "consul", Service: "edge", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25},
 		Services: []server.View{{Source: "consul", Service: "payments", Domains: []string{"backend"}, Total: 2, Local: 1,
 			TotalWeight: 4, LocalWeight: 1, Weight: 0.25, Pending: &server.Pending{Total: 1, Local: 1, Weight: 1, At: time.Now(), InSecs: 1.5}}},

@@ -185,7 +185,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}
 	// Every rule has one, the unlimited one too: as many as /rlconfig has.
-	var c server.Config
+	var c server.RLConfig
 	if err := json.Unmarshal([]byte(testutil.GetText(t, origin+"/rlconfig?format=json")), &c); err != nil {
 		t.Fatal(err)
 	}
