@@ -1,7 +1,3 @@
-// Package server adapts the engine to the network: Envoy's RateLimitService v3
-// over gRPC (with health and reflection), and the admin HTTP listener. It owns
-// no rules and no buckets; it maps requests in, decisions out, and the engine's
-// errors to gRPC codes.
 package server
 
 import (

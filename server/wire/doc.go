@@ -1,0 +1,25 @@
+// Package wire encodes and decodes Envoy's RateLimitService messages by hand,
+// and is the daemon's gRPC codec. It exists because the generic protobuf
+// runtime is most of what a decision costs beyond the transport: it decodes a
+// request into one allocation per descriptor, entry and string, and marshals an
+// answer into a fresh slice sized by a separate pass over the message.
+//
+// Here a request is decoded into a fixed handful of allocations whatever its
+// shape (a short one into a single block holding its bytes, which its strings
+// point into; a longer one with its strings copied out together), and an
+// answer is written into a pooled buffer that grpc-go hands back once it is on
+// the wire. The bytes are the protobuf runtime's own: fuzz tests hold the
+// decoder to proto.Unmarshal and the encoder to proto.Marshal. Any other
+// message, and any answer carrying fields this package does not write (dynamic
+// metadata, quota, a raw body), goes to grpc-go's protobuf codec unchanged.
+//
+// It must never write bytes other than proto.Marshal's, nor decode a request
+// to anything but what proto.Unmarshal makes of it: a message it cannot write
+// exactly is handed to the runtime.
+//
+// The vtprotobuf marshaller go-control-plane generates for these messages
+// writes an answer in under half this package's time, but it is compiled only
+// with the vtprotobuf build tag; without it the alternative is the protobuf
+// runtime, which takes more than twice this package's time and allocates
+// (docs/BENCHMARKS.md, "The answer encoder against vtprotobuf").
+package wire
