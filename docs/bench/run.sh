@@ -11,7 +11,8 @@
 # elsewhere, nghttp2's h2load, with the same request. The
 # latency comparison pins the servers to CPU 0 and the load generator to CPU 1
 # (taskset); the others leave all three on every core, as a node would.
-# The engine's Go benchmarks run last.
+# The answer encoder's A/B against vtprotobuf (encode.sh) and the engine's Go
+# benchmarks run last.
 #
 # Usage: docs/bench/run.sh [ROUNDS] [DURATION]     (defaults: 4 5s)
 # Needs: go, curl, python3, taskset (util-linux), h2load (nghttp2-client),
@@ -215,6 +216,9 @@ for d in 1 10; do
 	echo "allocs$d $(awk -v a="$m0" -v b="$m1" 'BEGIN {printf "%.1f", (b - a) / 200000}')" | tee -a "$OUT/allocs.txt"
 done
 
+echo "## the answer encoder against vtprotobuf's (one core, 12 alternating rounds; docs/bench/encode.sh)"
+docs/bench/encode.sh 12 1s | tee "$OUT/encode.txt"
+
 echo "## engine benchmarks (one core, 3 runs)"
 go test ./descriptors/ -run '^$' -bench 'DecideFixedRule/serial|DecidePerValue100k$' -benchmem -cpu 1 -count 3 | tee "$OUT/engine.txt"
 echo "load after: $(uptime)"
@@ -310,6 +314,11 @@ for name, target in (("DecideFixedRule/serial", 150), ("DecidePerValue100k", 300
         row(name, "-", f"<= {target} ns, 0 allocs", False, "did not run"); continue
     ns = statistics.median(x for x, _ in v); allocs = max(a for _, a in v)
     row(name, f"{ns:.1f} ns", f"<= {target} ns, 0 allocs", ns <= target and allocs == 0, f"median of {len(v)}; {allocs} allocs/op")
+for l in open(f"{out}/encode.txt"):
+    m = re.match(r"(\S+): vtprotobuf / hand-written, medians ([\d.]+)x, minimums ([\d.]+)x; proto.Marshal / hand-written, medians ([\d.]+)x", l)
+    if m:
+        row(f"answer encoder, {m.group(1)}: vtprotobuf / hand-written", f"{m.group(2)}x", "", None,
+            f"medians (minimums {m.group(3)}x) of 12 alternating rounds; proto.Marshal {m.group(4)}x; vtprotobuf needs -tags vtprotobuf")
 row("failed calls in every run", str(errors), "0", errors == 0, "errors and unknown codes, all runs")
 print()
 print("| measure | reached | target | | detail |")
