@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -29,9 +28,7 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/internal/gcpace"
-	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/internal/monotime"
-	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
 	"github.com/sharelimit/sharelimit/source/xds"
@@ -204,13 +201,6 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	return d, nil
 }
 
-// unshared reports whether cfg is upstream's deployment at --replicas 1; with
-// a static view, that is a fault: upstream's replicas shared their counts,
-// and these do not.
-func unshared(cfg *config.Config) bool {
-	return len(cfg.UpstreamBy) > 0 && cfg.Replicas == 1
-}
-
 // waitsForXDS reports whether serving waits for the management server's first
 // good update: with rules from xDS, unless --force-start-without-initial-config
 // says to serve with none meanwhile, as upstream.
@@ -268,174 +258,26 @@ func (d *Daemon) loadRules(rules *installer, reg prometheus.Registerer) error {
 	return nil
 }
 
-// membership sets up one view per membership source: the default view, from
-// --consul-service or else the static --replicas count, and one per service
-// --domain-service names, each dividing its own domains' limits in an engine
-// group of its own. A Consul view starts at the --replicas count and stands
-// until Consul first answers; with --membership-hold, its changes pass
-// through a damper, so that one that grows the share waits until it holds.
-func (d *Daemon) membership(reg prometheus.Registerer) error {
-	cfg := d.cfg
-	byService := map[string][]string{}
-	for _, m := range cfg.DomainServices {
-		byService[m.Service] = append(byService[m.Service], m.Domain)
-	}
-	var client *api.Client
-	var token string
-	if cfg.ConsulService != "" || len(cfg.DomainServices) > 0 {
-		ccfg := api.DefaultConfig() // CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT... as the consul CLI
-		var err error
-		if client, err = api.NewClient(ccfg); err != nil {
-			return fmt.Errorf("consul client: %w", err)
-		}
-		token = ccfg.Token
-		if cfg.Replicas == 1 && d.snap == nil {
-			// Until Consul first answers, --replicas stands: at 1, a replica
-			// whose watch never succeeds (a wrong token, an ACL-filtered
-			// answer, an agent it cannot reach) enforces every limit whole.
-			d.log.Warn("membership: --replicas is 1, so until Consul first answers this replica enforces every limit whole; set --replicas to the replica count you expect",
-				"service", cfg.ConsulService)
-		}
-	}
-	if cfg.PeersDNS != "" && cfg.Replicas == 1 && d.savedView(dnsKey(cfg.PeersDNS)) == nil {
-		// As with Consul: until the name first resolves, --replicas
-		// stands, unless the state file saved a view.
-		d.log.Warn("membership: --replicas is 1, so until --peers-dns first resolves this replica enforces every limit whole; set --replicas to the replica count you expect",
-			"name", cfg.PeersDNS)
-	}
-	// The default view takes --consul-service's mapped domains too, if any
-	// are mapped to it: they are divided by the same count.
-	def := &view{service: cfg.ConsulService, group: descriptors.DefaultGroup, engine: d.engine, clock: d.clock}
-	d.views = views{def}
-	for _, service := range cfg.Services() {
-		if service == cfg.ConsulService {
-			continue
-		}
-		v := &view{service: service, domains: byService[service], engine: d.engine, clock: d.clock}
-		var err error
-		if v.group, err = d.engine.AddGroup(v.domains, 1/float64(cfg.Replicas)); err != nil {
-			return fmt.Errorf("--domain-service %s: %w", service, err)
-		}
-		d.views = append(d.views, v)
-	}
-	for _, v := range d.views {
-		first := membership.NewStatic(cfg.Replicas).View()
-		if v.service != "" {
-			c, err := membership.NewConsul(membership.ConsulConfig{
-				Service: v.service, Filter: cfg.ConsulFilter, Datacenter: cfg.ConsulDatacenter,
-				Node: cfg.Node, Stale: cfg.ConsulStale, Replicas: cfg.Replicas, Initial: d.savedView(v.service),
-				QueryRate: cfg.ConsulQueryRate, WaitTime: cfg.ConsulWait, Token: token,
-				IgnoreWeights: !cfg.ConsulWeights, NoCache: !cfg.ConsulCache, Grace: grace(cfg.MembershipGrace),
-				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the service itself
-			}, client)
-			if err != nil {
-				return fmt.Errorf("consul membership of service %s: %w", v.service, err)
-			}
-			v.consul, first = c, c.View()
-		} else if cfg.PeersDNS != "" {
-			// --peers-dns excludes --consul-service and --domain-service:
-			// this is the default view, and the only one.
-			s, err := membership.NewDNS(membership.DNSConfig{
-				Name: cfg.PeersDNS, Server: cfg.PeersDNSServer, Interval: cfg.PeersDNSInterval, Replicas: cfg.Replicas,
-				Initial: d.savedView(dnsKey(cfg.PeersDNS)), Grace: grace(cfg.MembershipGrace), UpstreamBy: cfg.UpstreamBy,
-				Logger: d.log.With("component", "membership"), OnUpdate: v.observe, // it names the name itself
-			})
-			if err != nil {
-				return fmt.Errorf("dns membership of %s: %w", cfg.PeersDNS, err)
-			}
-			v.dns, v.name, first = s, cfg.PeersDNS, s.View()
-		}
-		// A DNS view's peers see a change up to one --peers-dns-interval
-		// (and a lookup's timeout) after this replica: its grows wait
-		// that too, even with --membership-hold 0.
-		var lag time.Duration
-		if v.dns != nil {
-			lag = v.dns.PeersLag()
-		}
-		if v.watched() && (cfg.MembershipHold > 0 || lag > 0) {
-			var err error
-			if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-				Hold: cfg.MembershipHold, PeersLag: lag, OnUpdate: v.publish,
-				Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
-			}); err != nil {
-				return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)
-			}
-		}
-		if first.Source == "static" && unshared(cfg) {
-			first.Fault = membership.FaultUnshared
-			d.log.Warn("membership: every replica enforces every limit whole: this is upstream's deployment ("+human.Names(cfg.UpstreamBy)+
-				"), whose replicas shared one count in Redis, and membership is static at --replicas 1, so N replicas admit up to N times each limit; "+
-				"set "+config.EnvName("peers-dns")+" to a name that resolves to every replica (a Kubernetes headless Service, a compose service), "+
-				"or "+config.EnvName("replicas")+" to the replica count", "fault", membership.FaultUnshared)
-		}
-		v.publish(first)
-		v.register(reg)
-		if v.consul != nil {
-			v.demand = newDemander(v, d.engine, client, demandSettings{
-				prefix: cfg.DemandPrefix, interval: cfg.DemandInterval, maxWrites: cfg.DemandMaxWrites,
-				queryRate: cfg.ConsulQueryRate, node: cfg.Node, topKeys: cfg.DemandTopKeys,
-			}, d.log.With("component", "demand"))
-			v.demand.register(reg)
-		}
-	}
-	reg.MustRegister(demandRules{d.views})
-	d.engine.SetDemandTopKeys(cfg.DemandTopKeys)
-	if cfg.ShareMode == config.ShareDemand {
-		d.engine.SetShareMode(true)
-	}
-	return nil
-}
-
 // Run serves until ctx ends, then drains and stops; closing now cuts the
 // drain and the graceful stop short. It returns once every goroutine it
 // started has ended.
 func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if d.waitsForXDS() {
-			d.log.Info("waiting for the first config from the xDS server before serving gRPC", "server", d.cfg.XDSServerURL)
-			select {
-			case <-d.xds.First():
-			case <-gctx.Done():
-				return nil // the stop below closes the listener
-			}
+	g.Go(func() error { return d.serveGRPC(gctx) })
+	for _, s := range []struct {
+		name string
+		srv  *http.Server
+		lis  net.Listener
+	}{{"admin server", d.http, d.httpLis}, {"loopback admin server", d.local, d.localLis},
+		{"debug server", d.debug, d.debugLis}, {"metrics server", d.metricsSrv, d.metricsLis}} {
+		if s.srv != nil {
+			g.Go(func() error {
+				if err := s.srv.Serve(s.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					return fmt.Errorf("%s: %w", s.name, err)
+				}
+				return nil
+			})
 		}
-		// A stop that begins before Serve does (a signal right after start)
-		// makes Serve return ErrServerStopped: that is a clean end too.
-		if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
-			return fmt.Errorf("gRPC server: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		if err := d.http.Serve(d.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("admin server: %w", err)
-		}
-		return nil
-	})
-	if d.local != nil {
-		g.Go(func() error {
-			if err := d.local.Serve(d.localLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("loopback admin server: %w", err)
-			}
-			return nil
-		})
-	}
-	if d.debug != nil {
-		g.Go(func() error {
-			if err := d.debug.Serve(d.debugLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("debug server: %w", err)
-			}
-			return nil
-		})
-	}
-	if d.metricsSrv != nil {
-		g.Go(func() error {
-			if err := d.metricsSrv.Serve(d.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("metrics server: %w", err)
-			}
-			return nil
-		})
 	}
 	if d.watcher != nil {
 		g.Go(func() error { return d.watcher.Run(gctx) })
@@ -449,40 +291,52 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 		g.Go(func() error { return d.state.checkpoints(gctx, d.cfg.StateInterval) })
 	}
 	for _, v := range d.views {
-		if v.consul != nil {
-			g.Go(func() error { return v.consul.Run(gctx) })
-		}
-		if v.dns != nil {
-			g.Go(func() error { return v.dns.Run(gctx) })
-		}
-		if v.damper != nil {
-			g.Go(func() error { return v.damper.Run(gctx) })
-		}
-		if v.demand != nil {
-			g.Go(func() error { return v.demand.Run(gctx) })
-		}
+		v.run(gctx, g)
 	}
 	g.Go(func() error { return gcpace.Tuner{}.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
-		// Report NOT_SERVING first, keep answering while Envoy moves away, then
-		// stop gracefully with a deadline.
-		d.log.Info("shutting down: draining", "drain", d.cfg.Drain)
-		d.admin.SetDraining()
-		d.health.Shutdown()
-		stopping := time.Now()
-		shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.httpServers()...)
-		if d.state != nil {
-			// After the gRPC server stopped: no decision changes a
-			// bucket any more. The write gets what is left of
-			// --shutdown-timeout after the drain and the in-flight calls.
-			left := d.cfg.ShutdownTimeout - max(time.Since(stopping)-d.cfg.Drain, 0)
-			d.state.finalWrite(left)
-		}
-		d.log.Info("stopped")
+		d.stop(now)
 		return nil
 	})
 	return g.Wait()
+}
+
+// serveGRPC serves gRPC until the stop, once the first config from xDS has
+// come when serving waits for it.
+func (d *Daemon) serveGRPC(ctx context.Context) error {
+	if d.waitsForXDS() {
+		d.log.Info("waiting for the first config from the xDS server before serving gRPC", "server", d.cfg.XDSServerURL)
+		select {
+		case <-d.xds.First():
+		case <-ctx.Done():
+			return nil // the stop closes the listener
+		}
+	}
+	// A stop that begins before Serve does (a signal right after start)
+	// makes Serve return ErrServerStopped: that is a clean end too.
+	if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("gRPC server: %w", err)
+	}
+	return nil
+}
+
+// stop reports NOT_SERVING first, keeps answering while Envoy moves away,
+// then stops gracefully with a deadline, and writes the state file last.
+func (d *Daemon) stop(now <-chan struct{}) {
+	d.log.Info("shutting down: draining", "drain", d.cfg.Drain)
+	d.admin.SetDraining()
+	d.health.Shutdown()
+	stopping := time.Now()
+	shutdown{Drain: d.cfg.Drain, Timeout: d.cfg.ShutdownTimeout, Now: now, Log: d.log}.run(d.grpc, d.streams.Close, d.httpServers()...)
+	if d.state != nil {
+		// After the gRPC server stopped: no decision changes a
+		// bucket any more. The write gets what is left of
+		// --shutdown-timeout after the drain and the in-flight calls.
+		left := d.cfg.ShutdownTimeout - max(time.Since(stopping)-d.cfg.Drain, 0)
+		d.state.finalWrite(left)
+	}
+	d.log.Info("stopped")
 }
 
 // rampHorizon is the longest a join ramp can run with --join-ramp ramp.

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/sharelimit/sharelimit/demand/controller"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/internal/monotime"
@@ -33,7 +36,7 @@ type view struct {
 	clock   monotime.Clock
 	// demand shares this view's demand rules; nil for a static view. Set
 	// before the watch runs.
-	demand *demander
+	demand *controller.Controller
 	// join is told of each view published, for the join ramp; nil until
 	// the daemon has decided it.
 	join atomic.Pointer[joiner]
@@ -56,7 +59,23 @@ func (v *view) publish(mv membership.View) {
 	if v.demand != nil {
 		// The equal share moved, and the units the shares scale by: a
 		// shrink applies at once here too.
-		v.demand.apply(v.demand.rules(), v.demand.wall())
+		v.demand.ViewChanged()
+	}
+}
+
+// run runs the view's watch, damper and demand controller, those it has, in g.
+func (v *view) run(ctx context.Context, g *errgroup.Group) {
+	if v.consul != nil {
+		g.Go(func() error { return v.consul.Run(ctx) })
+	}
+	if v.dns != nil {
+		g.Go(func() error { return v.dns.Run(ctx) })
+	}
+	if v.damper != nil {
+		g.Go(func() error { return v.damper.Run(ctx) })
+	}
+	if v.demand != nil {
+		g.Go(func() error { return v.demand.Run(ctx) })
 	}
 }
 
@@ -106,7 +125,7 @@ func (v *view) admin() server.View {
 		}
 	}
 	if v.demand != nil {
-		out.Demand = v.demand.status()
+		out.Demand = v.demand.Status()
 	}
 	return out
 }

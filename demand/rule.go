@@ -85,6 +85,34 @@ func Divide(limit float64, units uint32, wants []Want, headroom, floor float64) 
 	return p
 }
 
+// Apportion divides budget among consumers by their demand, never looser
+// than the budget: Divide, then each consumer's Share, in one call. units
+// is the units the budget is divided among (a membership view's; 0 for the
+// consumers' own); wants are the consumers; headroom and floor are the
+// floor rule (Divide's). It returns the division, from which each consumer
+// can compute its own share again (Share), and each consumer's share per
+// second, in wants' order.
+//
+// The shares never sum above budget, an absent consumer's included; none is
+// negative, and a consumer with no units gets 0. An absent consumer gets its
+// equal share E_i and no more. A present one wanting no more than E_i gets
+// at least the floor, min(E_i, max(d_i·(1+h), f·E_i)), plus an even part R
+// of what is left; one wanting more gets at least E_i. A consumer's share
+// never falls as its own demand rises, and never rises as another's does.
+// A budget that cannot be divided (not positive, infinite, no units) gives
+// every consumer 0.
+func Apportion(budget float64, units uint32, wants []Want, headroom, floor float64) (Rule, []float64) {
+	rule := Divide(budget, units, wants, headroom, floor)
+	shares := make([]float64, len(wants))
+	if rule.Units == 0 {
+		return rule, shares
+	}
+	for i, w := range wants {
+		shares[i], _ = Share(rule, w.Units, w.Offered, w.Absent, units)
+	}
+	return rule, shares
+}
+
 // Share is the share, per second, of a replica with the given units and
 // offered demand under p; absent is a replica whose report the division did
 // not count. viewUnits is the units of the replica's own membership view: when

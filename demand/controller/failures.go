@@ -1,4 +1,4 @@
-package daemon
+package controller
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/sharelimit/sharelimit/demand/consulkv"
 )
 
-// Demand sharing's loud failures: a report this replica cannot write, and
+// Demand sharing's failures, told loudly: a report this replica cannot write, and
 // a report the leader cannot read. Each has a cause from a short fixed
 // list (a metric label each), a WARN when the cause starts or changes, and
 // a line on the admin pages while it lasts. A failure that repeats with
@@ -155,38 +155,38 @@ func readReport(kv consulkv.KVReport) (demand.Report, *badReport) {
 // noteBad records the reports the last division could not use: counted
 // by cause, logged when a node's cause starts or changes, kept for the
 // admin pages.
-func (d *demander) noteBad(bad []badReport, now time.Time) {
+func (c *Controller) noteBad(bad []badReport, now time.Time) {
 	type line struct {
 		warn        bool
 		node, cause string
 		err         string
 	}
 	var lines []line
-	d.mu.Lock()
+	c.mu.Lock()
 	failing := map[string]bool{}
 	for _, b := range bad {
 		failing[b.node] = true
-		d.badReps[b.cause]++
-		if d.readLog.fail(b.node, b.cause, now) {
+		c.badReps[b.cause]++
+		if c.readLog.fail(b.node, b.cause, now) {
 			lines = append(lines, line{true, b.node, b.cause, b.err})
 		}
 	}
-	for node := range d.readLog.last {
+	for node := range c.readLog.last {
 		if !failing[node] {
-			if cause := d.readLog.ok(node); cause != "" {
+			if cause := c.readLog.ok(node); cause != "" {
 				lines = append(lines, line{false, node, cause, ""})
 			}
 		}
 	}
-	d.readLog.forget(now)
-	d.bad = bad
-	d.mu.Unlock()
+	c.readLog.forget(now)
+	c.bad = bad
+	c.mu.Unlock()
 	for _, l := range lines {
 		if l.warn {
-			d.log.Warn("demand report unusable; its replica is not counted, and takes at most its equal share",
-				"service", d.v.service, "node", l.node, "cause", l.cause, "err", l.err)
+			c.log.Warn("demand report unusable; its replica is not counted, and takes at most its equal share",
+				"service", c.set.Service, "node", l.node, "cause", l.cause, "err", l.err)
 		} else {
-			d.log.Info("demand report usable again", "service", d.v.service, "node", l.node, "after", l.cause)
+			c.log.Info("demand report usable again", "service", c.set.Service, "node", l.node, "after", l.cause)
 		}
 	}
 }

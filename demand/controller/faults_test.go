@@ -1,8 +1,7 @@
-package daemon
+package controller
 
 import (
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -11,15 +10,12 @@ import (
 
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
-	"github.com/sharelimit/sharelimit/descriptors"
-	"github.com/sharelimit/sharelimit/descriptors/bucket"
-	"github.com/sharelimit/sharelimit/membership"
 )
 
 // A model of one service's demand sharing under faults, without Consul: n
-// demanders over one rule of 400/s shared by demand, a map standing for the
+// controllers over one rule of 400/s shared by demand, a map standing for the
 // reports folder (each key with the index of its last write), the first
-// demander dividing. Each replica's report can be written, overwritten with
+// controller dividing. Each replica's report can be written, overwritten with
 // garbage, deleted with its session, or left behind by a previous process
 // of the same node; then the leader divides one snapshot, every replica
 // applies the same parameters, and the shares in force must sum to at most
@@ -43,30 +39,12 @@ type faultCluster struct {
 
 const faultLimit = 400
 
-// newFaultRig is a demander of node on a service of total replicas of
+// newFaultRig is a controller of node on a service of total replicas of
 // weight 1.
 func newFaultRig(t *testing.T, node string, total int, now time.Time) *demandRig {
 	t.Helper()
-	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(fmt.Sprintf(
-		"domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", faultLimit))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	equal := 1 / float64(total)
-	e := descriptors.NewEngine(set, equal, bucket.NewStore(0))
-	v := &view{service: "web", group: descriptors.DefaultGroup, engine: e, clock: func() int64 { return 0 }, consul: &membership.Consul{}}
-	mv := membership.View{Source: "consul", Node: node, Total: total, Local: 1, TotalWeight: total, LocalWeight: 1, Weight: equal}
-	v.cur.Store(&mv)
-	r := &demandRig{t: t, e: e, now: now}
-	r.d = newDemander(v, e, nil, demandSettings{prefix: "p/", interval: time.Second, maxWrites: 100, queryRate: 2, node: node}, slog.New(slog.DiscardHandler))
-	r.d.wall = func() time.Time { return r.now }
-	v.demand = r.d
-	rules := r.d.rules()
-	if len(rules) != 1 {
-		t.Fatalf("demand rules %v", rules)
-	}
-	r.rule = rules[0]
-	return r
+	return newRig(t, fmt.Sprintf("domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", faultLimit),
+		node, total, 0, now)
 }
 
 func newFaultCluster(t *testing.T, n int) *faultCluster {
@@ -83,7 +61,7 @@ func (c *faultCluster) node(i int) string { return fmt.Sprintf("n%d", i+1) }
 func (c *faultCluster) report(i int, offered float64) []byte {
 	c.seq++
 	rep := demand.Report{Seq: c.seq, At: c.now.UnixNano(), Units: 1, Node: c.node(i),
-		Rules: []demand.RuleDemand{{ID: demand.RuleIDOf(c.reps[i].rule.State.Identity()), Offered: offered}}}
+		Rules: []demand.RuleDemand{{ID: demand.RuleIDOf(c.reps[i].rule.Identity), Offered: offered}}}
 	b, err := demand.AppendReport(nil, &rep)
 	if err != nil {
 		c.t.Fatal(err)

@@ -1,7 +1,6 @@
-package daemon
+package controller
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
@@ -10,36 +9,22 @@ import (
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
 	"github.com/sharelimit/sharelimit/descriptors"
-	"github.com/sharelimit/sharelimit/descriptors/bucket"
-	"github.com/sharelimit/sharelimit/membership"
 )
 
-// valueRig is a demander over one per-client rule of 400/s shared by
-// demand, four replicas of weight 1, no Consul.
+// valueRig is a controller over one per-client rule of 400/s shared by
+// demand, four replicas of weight 1, on the real engine, no Consul.
 type valueRig struct {
 	*demandRig
 }
 
+const valueYAML = "domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n"
+
 func newValueRig(t *testing.T) *valueRig {
 	t.Helper()
-	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(
-		"domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n")})
-	if err != nil {
-		t.Fatal(err)
+	r := newRig(t, valueYAML, "n1", 4, 4, time.Unix(1_000_000, 0))
+	if !r.rule.PerValue {
+		t.Fatalf("demand rule %+v is not per value", r.rule)
 	}
-	e := descriptors.NewEngine(set, 0.25, bucket.NewStore(0))
-	v := &view{service: "web", group: descriptors.DefaultGroup, engine: e, clock: func() int64 { return 0 }, consul: &membership.Consul{}}
-	mv := membership.View{Source: "consul", Node: "n1", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
-	v.cur.Store(&mv)
-	r := &demandRig{t: t, e: e, now: time.Unix(1_000_000, 0)}
-	r.d = newDemander(v, e, nil, demandSettings{prefix: "p/", interval: time.Second, maxWrites: 100, queryRate: 2, node: "n1", topKeys: 4},
-		slog.New(slog.DiscardHandler))
-	r.d.wall = func() time.Time { return r.now }
-	rules := r.d.rules()
-	if len(rules) != 1 || !rules[0].State.PerValue() {
-		t.Fatalf("demand rules %v", rules)
-	}
-	r.rule = rules[0]
 	return &valueRig{r}
 }
 
@@ -49,7 +34,7 @@ func clientDesc(v string) []*commonv3.RateLimitDescriptor {
 
 func (r *valueRig) id(v string) uint64 {
 	rule := r.e.Set().Match("a", clientDesc(v)[0].Entries)
-	return descriptors.ValueID(r.rule.State.RuleID(), rule, clientDesc(v)[0].Entries)
+	return descriptors.ValueID(uint64(demand.RuleIDOf(r.rule.Identity)), rule, clientDesc(v)[0].Entries)
 }
 
 // admit draws n times for value v and returns how many were admitted.
@@ -70,7 +55,7 @@ func (r *valueRig) admit(v string, n int) int {
 // wroteValues records a report of this replica with these values' demand.
 func (r *valueRig) wroteValues(values map[string]float64) {
 	r.idx++
-	rd := demand.RuleDemand{ID: demand.RuleIDOf(r.rule.State.Identity())}
+	rd := demand.RuleDemand{ID: demand.RuleIDOf(r.rule.Identity)}
 	for v, o := range values {
 		rd.Values = append(rd.Values, demand.ValueDemand{ID: r.id(v), Offered: o})
 	}
@@ -101,7 +86,7 @@ func sortValues(vs []demand.ValueDemand) {
 // four replicas wanting offered (this replica first).
 func (r *valueRig) valueParams(hot map[string][]float64) {
 	r.idx++
-	rp := demand.RuleParams{ID: demand.RuleIDOf(r.rule.State.Identity()), Limit: 400}
+	rp := demand.RuleParams{ID: demand.RuleIDOf(r.rule.Identity), Limit: 400}
 	var units uint32
 	for v, offered := range hot {
 		wants := make([]demand.Want, len(offered))
@@ -128,10 +113,13 @@ func (r *valueRig) valueParams(hot map[string][]float64) {
 	r.d.onParams(b, r.idx)
 }
 
-func (r *valueRig) hot(v string) *descriptors.HotValue {
-	for _, hv := range r.rule.State.HotValues() {
-		if hv.ID() == r.id(v) {
-			return hv
+// hot is value v's hot value in the engine, or nil.
+func (r *valueRig) hot(v string) *Hot {
+	for _, rule := range r.d.rules() {
+		for _, hv := range rule.Hot {
+			if hv.ID == r.id(v) {
+				return &hv
+			}
 		}
 	}
 	return nil
@@ -140,19 +128,19 @@ func (r *valueRig) hot(v string) *descriptors.HotValue {
 // A value the parameters make hot gets a share of its own (the grow after
 // its delay); every other value keeps the equal share; a value the next
 // parameters leave out cools, and its bucket's debt goes with it.
-func TestDemanderHotValues(t *testing.T) {
+func TestHotValues(t *testing.T) {
 	r := newValueRig(t)
 	r.wroteValues(map[string]float64{"big": 1000})
 	r.valueParams(map[string][]float64{"big": {1000, 10, 10, 10}})
 	hv := r.hot("big")
 	if hv == nil {
-		t.Fatalf("big is not hot: %v", r.rule.State.HotValues())
+		t.Fatalf("big is not hot: %v", r.d.rules())
 	}
-	if w := r.e.GroupWeight(hv.Group()).W; w != 0.25 {
+	if w := r.e.GroupWeight(hv.Group).W; w != 0.25 {
 		t.Fatalf("a new hot value starts at %v, want the equal 0.25", w)
 	}
 	r.tick(r.d.growDelay())
-	if w := r.e.GroupWeight(hv.Group()).W; w < 0.9 {
+	if w := r.e.GroupWeight(hv.Group).W; w < 0.9 {
 		t.Fatalf("after the grow delay big's share is %v, want about 0.9", w)
 	}
 	if got := r.admit("big", 400); got < 365 || got > 369 {
@@ -164,7 +152,7 @@ func TestDemanderHotValues(t *testing.T) {
 	// The others want big now: this replica's share of it shrinks at once.
 	r.wroteValues(map[string]float64{"big": 10})
 	r.valueParams(map[string][]float64{"big": {10, 1000, 10, 10}})
-	if w := r.e.GroupWeight(hv.Group()).W; w > 0.05 {
+	if w := r.e.GroupWeight(hv.Group).W; w > 0.05 {
 		t.Errorf("big's share after the others took it: %v, want its demand plus headroom", w)
 	}
 	// Leaving big out cools it once its share has grown back to the equal
@@ -172,7 +160,7 @@ func TestDemanderHotValues(t *testing.T) {
 	// buckets stands still here, so its bucket is as spent as it was.
 	r.valueParams(map[string][]float64{})
 	r.tick(r.d.growDelay())
-	r.tick(demandTick)
+	r.tick(tickEvery)
 	if r.hot("big") != nil {
 		t.Fatal("big still hot")
 	}
@@ -184,20 +172,20 @@ func TestDemanderHotValues(t *testing.T) {
 	r.valueParams(map[string][]float64{"big": {1000, 10, 10, 10}})
 	r.tick(r.d.growDelay())
 	r.tick(r.d.staleAfter() + time.Second)
-	if hv := r.hot("big"); hv == nil || r.e.GroupWeight(hv.Group()).W != 0.25 {
+	if hv := r.hot("big"); hv == nil || r.e.GroupWeight(hv.Group).W != 0.25 {
 		t.Errorf("with stale parameters big should be hot at the equal 0.25: %v", hv)
 	}
 }
 
 // The report names the values the replica draws most on, as candidates,
 // only those over half its equal share; and every hot value, 0 included.
-func TestDemanderReportsValues(t *testing.T) {
+func TestReportsValues(t *testing.T) {
 	r := newValueRig(t)
 	step := func() {
 		r.now = r.now.Add(100 * time.Millisecond)
 		r.d.mu.Lock()
-		r.d.rates[r.rule.State.Identity()] = &demand.Rates{}
-		r.d.meterValues(r.rule, r.now)
+		r.d.rates[r.rule.Identity] = &demand.Rates{}
+		r.d.meterValues(r.d.rules()[0], r.now)
 		r.d.mu.Unlock()
 	}
 	step() // primes the candidates
@@ -232,7 +220,7 @@ func TestDemanderReportsValues(t *testing.T) {
 // it; the shares of each value sum to at most L.
 func TestLeaderDividesValues(t *testing.T) {
 	r := newValueRig(t)
-	rid := demand.RuleIDOf(r.rule.State.Identity())
+	rid := demand.RuleIDOf(r.rule.Identity)
 	var index uint64
 	report := func(node string, values map[string]float64) consulkv.KVReport {
 		index++
@@ -320,10 +308,9 @@ func (r *valueRig) admitAt(v string, n int, now int64) int {
 // equal share: it waits the grow delay, as every grow does, since a peer
 // that has not had the cooling parameters yet still enforces its large hot
 // share. Only then does the value go back to its usual bucket.
-func TestDemanderCoolingWaitsLikeAGrow(t *testing.T) {
+func TestCoolingWaitsLikeAGrow(t *testing.T) {
 	r := newValueRig(t)
 	var mono int64
-	r.d.v.clock = func() int64 { return mono }
 	// P1: big is hot; n2 wants it (1000/s), this replica 10/s.
 	r.wroteValues(map[string]float64{"big": 10})
 	r.valueParams(map[string][]float64{"big": {10, 1000, 10, 10}})
@@ -331,12 +318,13 @@ func TestDemanderCoolingWaitsLikeAGrow(t *testing.T) {
 	if hv == nil {
 		t.Fatal("big not hot")
 	}
-	small := r.e.GroupWeight(hv.Group()).W
+	small := r.e.GroupWeight(hv.Group).W
 	r.admitAt("big", 400, mono) // spends this replica's small bucket
 	// P2 leaves big out (hotter values displaced it, say).
 	r.valueParams(map[string][]float64{})
 	dt := r.d.growDelay() / 2
 	mono += int64(dt)
+	r.mono.Store(mono)
 	r.tick(dt)
 	got := r.admitAt("big", 400, mono)
 	if allowed := small*400*dt.Seconds() + 1; float64(got) > allowed {
@@ -347,9 +335,10 @@ func TestDemanderCoolingWaitsLikeAGrow(t *testing.T) {
 	}
 	// After the delay, the share is back at equal, and the value cools.
 	mono += int64(r.d.growDelay())
+	r.mono.Store(mono)
 	r.tick(r.d.growDelay())
-	r.tick(demandTick)
+	r.tick(tickEvery)
 	if r.hot("big") != nil {
-		t.Errorf("big still hot at weight %v after the grow delay", r.e.GroupWeight(hv.Group()).W)
+		t.Errorf("big still hot at weight %v after the grow delay", r.e.GroupWeight(hv.Group).W)
 	}
 }

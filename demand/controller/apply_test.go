@@ -1,8 +1,9 @@
-package daemon
+package controller
 
 import (
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,36 +13,39 @@ import (
 	"github.com/sharelimit/sharelimit/membership"
 )
 
-// demandRig is a demander over one share: demand rule of 400/s, four
-// replicas of weight 1, its clock in the test's hands; parameters are fed
-// as the watch would, no Consul involved.
+// demandRig is a controller over one share: demand rule of 400/s, four
+// replicas of weight 1, on the real engine, its clock in the test's hands;
+// parameters are fed as the watch would, no Consul involved.
 type demandRig struct {
 	t    *testing.T
 	e    *descriptors.Engine
-	d    *demander
-	rule descriptors.DemandBinding
+	d    *Controller
+	rule Rule
 	now  time.Time
 	idx  uint64
+	mv   atomic.Pointer[membership.View]
+	mono atomic.Int64 // the engine's clock
 	// wroteAt is the index of this replica's latest write, which the
 	// parameters the rig delivers list as counted; 0 before any.
 	wroteAt uint64
 }
 
-func newDemandRig(t *testing.T) *demandRig {
+// newRig is a controller of node over the rule yaml on a service of total
+// replicas of weight 1, with topKeys hot values per per-value rule.
+func newRig(t *testing.T, yaml, node string, total, topKeys int, now time.Time) *demandRig {
 	t.Helper()
-	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(
-		"domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n")})
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(yaml)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := descriptors.NewEngine(set, 0.25, bucket.NewStore(0))
-	v := &view{service: "web", group: descriptors.DefaultGroup, engine: e, clock: func() int64 { return 0 }}
-	mv := membership.View{Source: "consul", Node: "n1", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
-	v.cur.Store(&mv)
-	r := &demandRig{t: t, e: e, now: time.Unix(1_000_000, 0)}
-	r.d = newDemander(v, e, nil, demandSettings{prefix: "p/", interval: time.Second, maxWrites: 100, queryRate: 2, node: "n1"}, slog.New(slog.DiscardHandler))
+	equal := 1 / float64(total)
+	e := descriptors.NewEngine(set, equal, bucket.NewStore(0))
+	r := &demandRig{t: t, e: e, now: now}
+	r.mv.Store(&membership.View{Source: "consul", Node: node, Total: total, Local: 1, TotalWeight: total, LocalWeight: 1, Weight: equal})
+	r.d = New(NewEngine(e), nil, Config{Service: "web", Group: descriptors.DefaultGroup, Prefix: "p/", Interval: time.Second,
+		MaxWrites: 100, QueryRate: 2, Node: node, TopKeys: topKeys,
+		View: func() membership.View { return *r.mv.Load() }, Clock: r.mono.Load, Logger: slog.New(slog.DiscardHandler)})
 	r.d.wall = func() time.Time { return r.now }
-	v.demand = r.d
 	rules := r.d.rules()
 	if len(rules) != 1 {
 		t.Fatalf("demand rules %v", rules)
@@ -50,13 +54,28 @@ func newDemandRig(t *testing.T) *demandRig {
 	return r
 }
 
-func (r *demandRig) weight() float64 { return r.e.GroupWeight(r.rule.State.Group()).W }
+const ruleYAML = "domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n"
+
+func newDemandRig(t *testing.T) *demandRig {
+	t.Helper()
+	return newRig(t, ruleYAML, "n1", 4, 0, time.Unix(1_000_000, 0))
+}
+
+// publish puts membership view mv in force, as the daemon's view does: the
+// engine re-divides the group, and the controller re-applies.
+func (r *demandRig) publish(mv membership.View) {
+	r.mv.Store(&mv)
+	r.e.SetGroupWeight(descriptors.DefaultGroup, mv.Weight, r.mono.Load())
+	r.d.ViewChanged()
+}
+
+func (r *demandRig) weight() float64 { return r.e.GroupWeight(r.rule.Group).W }
 
 // wrote records a report of this replica written now, at the next index.
 func (r *demandRig) wrote(offered float64) {
 	r.idx++
 	rep := demand.Report{Seq: r.idx, At: r.now.UnixNano(), Units: 1, Node: "n1",
-		Rules: []demand.RuleDemand{{ID: demand.RuleIDOf(r.rule.State.Identity()), Offered: offered}}}
+		Rules: []demand.RuleDemand{{ID: demand.RuleIDOf(r.rule.Identity), Offered: offered}}}
 	b, _ := demand.AppendReport(nil, &rep)
 	dec, _ := demand.DecodeReport(b)
 	r.d.mu.Lock()
@@ -84,7 +103,7 @@ func (r *demandRig) params(offered ...float64) {
 	}
 	rule := demand.Divide(400, 4, wants, demand.DefaultHeadroom, demand.DefaultFloor)
 	p := demand.Params{At: r.now.UnixNano(), Snapshot: r.idx - 1, Reports: r.counted(), Units: rule.Units, Headroom: rule.Headroom, Floor: rule.Floor, Leader: "n2",
-		Rules: []demand.RuleParams{{ID: demand.RuleIDOf(r.rule.State.Identity()), Limit: 400, K: rule.K, R: rule.R}}}
+		Rules: []demand.RuleParams{{ID: demand.RuleIDOf(r.rule.Identity), Limit: 400, K: rule.K, R: rule.R}}}
 	b, err := demand.AppendParams(nil, &p)
 	if err != nil {
 		r.t.Fatal(err)
@@ -94,14 +113,14 @@ func (r *demandRig) params(offered ...float64) {
 
 func (r *demandRig) tick(d time.Duration) {
 	r.now = r.now.Add(d)
-	r.d.apply(r.d.rules(), r.now)
+	r.d.apply(r.now)
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
-// TestDemanderShrinksAtOnceGrowsLater: a smaller share applies when the
+// TestShrinksAtOnceGrowsLater: a smaller share applies when the
 // parameters come; a larger one only after the grow delay.
-func TestDemanderShrinksAtOnceGrowsLater(t *testing.T) {
+func TestShrinksAtOnceGrowsLater(t *testing.T) {
 	r := newDemandRig(t)
 	if w := r.weight(); w != 0.25 {
 		t.Fatalf("start at %v, want the equal 0.25", w)
@@ -128,10 +147,10 @@ func TestDemanderShrinksAtOnceGrowsLater(t *testing.T) {
 	}
 }
 
-// TestDemanderBiggerGrowRestartsTheDelay: a grow held back, then parameters
+// TestBiggerGrowRestartsTheDelay: a grow held back, then parameters
 // that grow the share further: the further grow waits its own full delay,
 // since the others may not have those parameters yet.
-func TestDemanderBiggerGrowRestartsTheDelay(t *testing.T) {
+func TestBiggerGrowRestartsTheDelay(t *testing.T) {
 	r := newDemandRig(t)
 	r.wrote(10)
 	r.params(10, 1000, 10, 10)
@@ -152,9 +171,9 @@ func TestDemanderBiggerGrowRestartsTheDelay(t *testing.T) {
 	}
 }
 
-// TestDemanderFallsBack: stale parameters, a limit the leader does not
+// TestFallsBack: stale parameters, a limit the leader does not
 // divide, and garbage all give the equal share, never more.
-func TestDemanderFallsBack(t *testing.T) {
+func TestFallsBack(t *testing.T) {
 	r := newDemandRig(t)
 	r.wrote(1000)
 	r.params(1000, 10, 10, 10)
@@ -181,18 +200,18 @@ func TestDemanderFallsBack(t *testing.T) {
 	r.params(1000, 10, 10, 10)
 	r.tick(r.d.growDelay())
 	hot := r.weight()
-	mv := *r.d.v.cur.Load()
+	mv := *r.mv.Load()
 	mv.Total, mv.TotalWeight, mv.Weight = 5, 5, 0.2
-	r.d.v.publish(mv)
+	r.publish(mv)
 	if w := r.weight(); !near(w, hot*4/5) && w > hot*4/5 {
 		t.Errorf("after a join the share is %v, want at most %v", w, hot*4/5)
 	}
 }
 
-// TestDemanderNotPassingTakesAtMostEqual: a replica whose node has no
+// TestNotPassingTakesAtMostEqual: a replica whose node has no
 // passing instance is not counted by the leader, so it takes at most its
 // equal share, however large its demand share would be.
-func TestDemanderNotPassingTakesAtMostEqual(t *testing.T) {
+func TestNotPassingTakesAtMostEqual(t *testing.T) {
 	r := newDemandRig(t)
 	r.wrote(1000)
 	r.params(1000, 10, 10, 10)
@@ -200,10 +219,10 @@ func TestDemanderNotPassingTakesAtMostEqual(t *testing.T) {
 	if w := r.weight(); w < 0.9 {
 		t.Fatalf("hot share %v", w)
 	}
-	mv := *r.d.v.cur.Load()
+	mv := *r.mv.Load()
 	mv.Local, mv.LocalWeight = 0, 0 // its check failed; it counts itself in
 	mv.Total, mv.TotalWeight, mv.Weight = 4, 4, 0.25
-	r.d.v.publish(mv)
+	r.publish(mv)
 	if w := r.weight(); w > 0.25 {
 		t.Errorf("not passing, the share is %v, want at most the equal 0.25", w)
 	}

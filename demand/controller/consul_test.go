@@ -1,11 +1,9 @@
-package daemon
+package controller
 
 import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,48 +16,54 @@ import (
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/internal/testutil"
+	"github.com/sharelimit/sharelimit/membership"
 )
 
-// Demand sharing's faults with real daemons on a real Consul agent: four
-// daemons in this process share one rule of 400/s by demand, node-1 busy
-// and the others idle. Each fault of node-1's report (garbage in its key,
-// its session destroyed, a restart that finds the previous process's
-// session holding its key) must leave the shares of every division the
-// leader publishes summing to at most L; a restart must replace the stale
-// report at once, not after the session's TTL.
+// Demand sharing's faults with real controllers on a real Consul agent:
+// four controllers in this process, each over its own engine, share one
+// rule of 400/s by demand, node-1 busy and the others idle. Each fault of
+// node-1's report (garbage in its key, its session destroyed, a restart that
+// finds the previous process's session holding its key) must leave the
+// shares of every division the leader publishes summing to at most L; a
+// restart must replace the stale report at once, not after the session's
+// TTL.
 
-const demandConsulRule = "domain: a\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 400, share: demand}\n"
-
-// demandDaemon is one daemon of the cluster, with the goroutine that offers
+// consulNode is one replica of the cluster, with the goroutine that offers
 // it load.
-type demandDaemon struct {
+type consulNode struct {
 	node   string
-	d      *Daemon
+	e      *descriptors.Engine
+	c      *Controller
 	logs   *testutil.Buffer
 	cancel context.CancelFunc
 	done   chan error
 	stop   sync.Once
 }
 
-func startDemandDaemon(t *testing.T, node string, busy bool) *demandDaemon {
+// startNode runs the controller of node against the agent at client, four
+// replicas of weight 1 counted, as the daemon would with --node node
+// --replicas 4 --demand-interval 200ms --consul-query-rate 10.
+func startNode(t *testing.T, client *api.Client, node string, busy bool) *consulNode {
 	t.Helper()
-	cfg := testConfig(t)
-	if err := os.WriteFile(filepath.Join(cfg.ConfigDir, "r.yaml"), []byte(demandConsulRule), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConsulService, cfg.Node, cfg.Replicas = "web", node, 4
-	cfg.MembershipHold, cfg.JoinRamp = 0, 0
-	cfg.DemandInterval, cfg.ConsulQueryRate = 200*time.Millisecond, 10
-	logs := &testutil.Buffer{}
-	d, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), "test")
+	set, err := descriptors.Compile(descriptors.File{Name: "r.yaml", Data: []byte(ruleYAML)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e := descriptors.NewEngine(set, 0.25, bucket.NewStore(0))
+	clock := monotime.New()
+	mv := membership.View{Source: "consul", Node: node, Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
+	logs := &testutil.Buffer{}
+	c := New(NewEngine(e), client, Config{Service: "web", Group: descriptors.DefaultGroup, Prefix: "sharelimit/demand/",
+		Interval: 200 * time.Millisecond, MaxWrites: 100, QueryRate: 10, Node: node, TopKeys: descriptors.DefaultTopKeys,
+		View: func() membership.View { return mv }, Clock: clock,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)).With("component", "demand")})
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &demandDaemon{node: node, d: d, logs: logs, cancel: cancel, done: make(chan error, 2)}
-	go func() { n.done <- d.Run(ctx, nil) }()
+	n := &consulNode{node: node, e: e, c: c, logs: logs, cancel: cancel, done: make(chan error, 2)}
+	go func() { n.done <- c.Run(ctx) }()
 	if busy {
 		// About 2,000 tokens a second asked for: five times the limit.
 		go func() {
@@ -73,7 +77,7 @@ func startDemandDaemon(t *testing.T, node string, busy bool) *demandDaemon {
 					return
 				case <-tk.C:
 				}
-				if err := d.engine.Decide(&dec, "a", descs, 50, d.clock()); err != nil {
+				if err := e.Decide(&dec, "a", descs, 50, clock()); err != nil {
 					n.done <- err
 					return
 				}
@@ -84,7 +88,7 @@ func startDemandDaemon(t *testing.T, node string, busy bool) *demandDaemon {
 	return n
 }
 
-func (n *demandDaemon) shutdown(t *testing.T) {
+func (n *consulNode) shutdown(t *testing.T) {
 	n.stop.Do(func() {
 		n.cancel()
 		if err := <-n.done; err != nil {
@@ -93,10 +97,8 @@ func (n *demandDaemon) shutdown(t *testing.T) {
 	})
 }
 
-func (n *demandDaemon) demander() *demander { return n.d.views[0].demand }
-
 // logged counts the log lines holding every one of parts.
-func (n *demandDaemon) logged(parts ...string) int {
+func (n *consulNode) logged(parts ...string) int {
 	count := 0
 	for _, line := range strings.Split(n.logs.String(), "\n") {
 		all := line != ""
@@ -110,20 +112,20 @@ func (n *demandDaemon) logged(parts ...string) int {
 	return count
 }
 
-// counted reads one of the demander's counters by cause under its lock.
-func (n *demandDaemon) counted(m func(d *demander) map[string]uint64, cause string) uint64 {
-	d := n.demander()
+// counted reads one of the controller's counters by cause under its lock.
+func (n *consulNode) counted(m func(c *Controller) map[string]uint64, cause string) uint64 {
+	d := n.c
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return m(d)[cause]
 }
 
-func badReportsOf(d *demander) map[string]uint64  { return d.badReps }
-func writeErrorsOf(d *demander) map[string]uint64 { return d.writeErrs }
+func badReportsOf(c *Controller) map[string]uint64  { return c.badReps }
+func writeErrorsOf(c *Controller) map[string]uint64 { return c.writeErrs }
 
-func (n *demandDaemon) rule(t *testing.T) descriptors.DemandBinding {
+func (n *consulNode) rule(t *testing.T) Rule {
 	t.Helper()
-	rules := n.demander().rules()
+	rules := n.c.rules()
 	if len(rules) != 1 {
 		t.Fatalf("%s: demand rules %v", n.node, rules)
 	}
@@ -131,15 +133,15 @@ func (n *demandDaemon) rule(t *testing.T) descriptors.DemandBinding {
 }
 
 // weight is the share in force.
-func (n *demandDaemon) weight(t *testing.T) float64 {
-	return n.d.engine.GroupWeight(n.rule(t).State.Group()).W
+func (n *consulNode) weight(t *testing.T) float64 {
+	return n.e.GroupWeight(n.rule(t).Group).W
 }
 
 // shareUnder is the share this replica would take under p, from its own
 // record of its reports, as it would apply p now.
-func (n *demandDaemon) shareUnder(t *testing.T, p *demand.Params) float64 {
+func (n *consulNode) shareUnder(t *testing.T, p *demand.Params) float64 {
 	b := n.rule(t)
-	d := n.demander()
+	d := n.c
 	now := d.wall()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -172,7 +174,7 @@ type divisionWatch struct {
 	seen    int
 	worst   float64
 	overs   int
-	nodes   func() []*demandDaemon
+	nodes   func() []*consulNode
 	example string
 }
 
@@ -249,19 +251,18 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	for _, n := range nodes {
 		a.RegisterInstance(n, "web-"+n, "web", true)
 	}
-	t.Setenv("CONSUL_HTTP_ADDR", a.Addr())
 	keys := consulkv.Keys{Prefix: "sharelimit/demand/", Service: "web"}
 	kv := a.Client().KV()
 
 	var mu sync.Mutex
-	daemons := make([]*demandDaemon, len(nodes))
+	daemons := make([]*consulNode, len(nodes))
 	for i, n := range nodes {
-		daemons[i] = startDemandDaemon(t, n, i == 0)
+		daemons[i] = startNode(t, a.Client(), n, i == 0)
 	}
-	current := func() []*demandDaemon {
+	current := func() []*consulNode {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]*demandDaemon(nil), daemons...)
+		return append([]*consulNode(nil), daemons...)
 	}
 	w := &divisionWatch{t: t, kv: kv, keys: keys, nodes: current}
 	busy := func(what string) {
@@ -313,7 +314,7 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rid := demand.RuleIDOf(current()[1].rule(t).State.Identity())
+	rid := demand.RuleIDOf(current()[1].rule(t).Identity)
 	stale, err := demand.AppendReport(nil, &demand.Report{Seq: 1, At: time.Now().UnixNano(), Units: 1, Node: "node-1",
 		Rules: []demand.RuleDemand{{ID: rid, Offered: 5, Admitted: 5}}})
 	if err != nil {
@@ -329,7 +330,7 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 		return ok
 	})
 	w.during(time.Second, nil) // the leader divides with the stale report
-	restarted := startDemandDaemon(t, "node-1", true)
+	restarted := startNode(t, a.Client(), "node-1", true)
 	mu.Lock()
 	daemons[0] = restarted
 	mu.Unlock()
@@ -372,11 +373,11 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	// the machine, so wait for two rather than for a time.
 	waitUntil(t, 30*time.Second, "node-2's writes refused as held, twice", func() bool {
 		w.poll()
-		st := node2.demander().status()
+		st := node2.c.Status()
 		return node2.counted(writeErrorsOf, writeHeld) >= 2 && st != nil && strings.HasPrefix(st.WriteError, "held: ")
 	})
 	w.check("node-2's key held by another session")
-	st := node2.demander().status()
+	st := node2.c.Status()
 	if held := node2.counted(writeErrorsOf, writeHeld); held < 2 || st == nil || !strings.HasPrefix(st.WriteError, "held: ") {
 		t.Errorf("node-2's refused writes: %d counted, status %+v", held, st)
 	}
@@ -393,7 +394,7 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	})
 	waitUntil(t, 30*time.Second, "node-2 writes again, and says so", func() bool {
 		w.poll()
-		st := node2.demander().status()
+		st := node2.c.Status()
 		return st != nil && st.WriteError == "" && node2.logged("level=INFO", "demand report written again") >= 1
 	})
 	w.during(time.Second, nil)
