@@ -35,6 +35,10 @@
 // process's report, say) takes the floor f·E_i + R·E_i, the least any
 // counted replica gets, never more than the leader left for that report.
 //
+// Apportion is the rule as one call: a budget divided among consumers by their
+// demand, never looser than the budget. The leader divides each rule, and each
+// hot value, with it.
+//
 // A rule with a bucket per value is divided this way value by value, for the
 // values the leader makes hot (hot.go); every other value keeps E_i.
 package demand
