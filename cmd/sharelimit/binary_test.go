@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,16 +23,8 @@ import (
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
-// freePort returns a loopback port nothing listens on at the moment.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
+// command is this package's import path, for testutil.Build.
+const command = "github.com/sharelimit/sharelimit/cmd/sharelimit"
 
 // process is the real binary running serve.
 type process struct {
@@ -45,16 +35,12 @@ type process struct {
 	exited             chan error // the result of Wait, put back by whoever reads it
 }
 
-// startDaemon builds the binary and runs serve on the example config with args,
-// and waits until /healthcheck answers 200.
+// startDaemon runs serve of the binary, built once for the package, on the
+// example config with args, and waits until /healthcheck answers 200.
 func startDaemon(t *testing.T, args ...string) *process {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sharelimit")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	d := &process{t: t, grpcAddr: "127.0.0.1:" + freePort(t), httpAddr: "127.0.0.1:" + freePort(t), exited: make(chan error, 1)}
+	bin := testutil.Build(t, command)
+	d := &process{t: t, grpcAddr: testutil.FreeAddr(t), httpAddr: testutil.FreeAddr(t), exited: make(chan error, 1)}
 	d.cmd = exec.Command(bin, append([]string{"serve", "--config-dir", "../../examples/config", "--grpc-addr", d.grpcAddr}, args...)...)
 	d.cmd.Env = append(os.Environ(), "SHARELIMIT_HTTP_ADDR="+d.httpAddr, "SHARELIMIT_LOG_FORMAT=json")
 	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
@@ -66,20 +52,24 @@ func startDaemon(t *testing.T, args ...string) *process {
 		d.cmd.Process.Kill()
 		<-d.exited
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	d.awaitHealth(http.StatusOK, "healthy")
+	return d
+}
+
+// awaitHealth waits until /healthcheck answers code.
+func (d *process) awaitHealth(code int, what string) {
+	d.t.Helper()
+	testutil.Eventually(d.t, 30*time.Second, func() error {
 		resp, err := http.Get("http://" + d.httpAddr + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
+		if err != nil {
+			return fmt.Errorf("daemon never %s: %w\n%s", what, err, d.logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon never became healthy:\n%s", d.logs.String())
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			return fmt.Errorf("daemon never %s: /healthcheck %d\n%s", what, resp.StatusCode, d.logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (d *process) signal(sig os.Signal) {
@@ -92,20 +82,7 @@ func (d *process) signal(sig os.Signal) {
 // draining waits until /healthcheck reports the drain (503).
 func (d *process) draining() {
 	d.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + d.httpAddr + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("daemon never started draining:\n%s", d.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	d.awaitHealth(http.StatusServiceUnavailable, "started draining")
 }
 
 // exitsCleanly waits, generously, for the process to exit 0. The deadline is

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -104,11 +103,8 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 	consul := httptest.NewServer(fake)
 	defer consul.Close()
 
-	bin := filepath.Join(t.TempDir(), "sharelimit")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	grpcAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	bin := testutil.Build(t, command)
+	grpcAddr, httpAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "serve", "--config-dir", "../../examples/config", "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--consul-service", "app", "--node", "n1", "--consul-query-rate", "50", "--consul-wait", "1s", "--drain", "0", "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consul.URL, "http://"), "CONSUL_HTTP_TOKEN="+secretToken)
@@ -215,11 +211,10 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool, logs *testutil.Buffer) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s; logs:\n%s", what, logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // stateConfig is a per-IP limit of 10 a minute: a token every 6 s, so a
@@ -62,14 +66,15 @@ func (r *rls) drain(ip string) time.Time {
 // okAgain polls ip until it is admitted and returns when, after drained.
 func (r *rls) okAgain(ip string, drained time.Time) time.Duration {
 	r.t.Helper()
-	for time.Since(drained) < 30*time.Second {
-		if r.ask(ip) == rlsv3.RateLimitResponse_OK {
-			return time.Since(drained)
+	var back time.Duration
+	testutil.Eventually(r.t, 30*time.Second, func() error {
+		if c := r.ask(ip); c != rlsv3.RateLimitResponse_OK {
+			return fmt.Errorf("%s never admitted again: %v", ip, c)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	r.t.Fatal("never admitted again")
-	return 0
+		back = time.Since(drained)
+		return nil
+	})
+	return back
 }
 
 func stateDir(t *testing.T) (config, file string) {
@@ -127,7 +132,15 @@ func TestBinaryStateSurvivesKill(t *testing.T) {
 	args := []string{"--config-dir", config, "--state-file", file, "--state-interval", "1s"}
 	d := startDaemon(t, args...)
 	drained := dial(t, d).drain("10.0.0.1")
-	time.Sleep(2 * time.Second)
+	// A checkpoint under way as the drain ended may hold the state from
+	// before it; the one after that was begun after it.
+	after := stateWrites(t, d) + 2
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if n := stateWrites(t, d); n < after {
+			return fmt.Errorf("%d checkpoints written, waiting for %d", n, after)
+		}
+		return nil
+	})
 	d.signal(syscall.SIGKILL)
 	<-d.exited
 	d.exited <- nil
@@ -167,4 +180,21 @@ func TestBinaryStateUnwritable(t *testing.T) {
 	if !strings.Contains(d.logs.String(), "state file not written") {
 		t.Fatalf("no error logged:\n%s", d.logs.String())
 	}
+}
+
+// stateWrites is sharelimit_state_writes_total on d's /metrics.
+func stateWrites(t *testing.T, d *process) int {
+	t.Helper()
+	const name = "sharelimit_state_writes_total "
+	for _, line := range strings.Split(testutil.GetText(t, "http://"+d.httpAddr+"/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s%s: %v", name, v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s on /metrics", name)
+	return 0
 }
