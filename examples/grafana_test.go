@@ -1,16 +1,15 @@
 package examples_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,43 +21,71 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
-// exported is what a /metrics scrape showed: metric name -> label -> values.
+// exported is what a /metrics scrape showed, by the names a query reads:
+// metric name -> label -> values.
 type exported map[string]map[string]map[string]bool
 
-var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? `)
-var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+func (e exported) add(name string, pairs []*dto.LabelPair, extra ...string) {
+	labels := e[name]
+	if labels == nil {
+		labels = map[string]map[string]bool{}
+		e[name] = labels
+	}
+	put := func(k, v string) {
+		if labels[k] == nil {
+			labels[k] = map[string]bool{}
+		}
+		labels[k][v] = true
+	}
+	for _, lp := range pairs {
+		put(lp.GetName(), lp.GetValue())
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		put(extra[i], extra[i+1])
+	}
+}
 
-// parseExposition reads Prometheus' text format. Only samples count: a family
-// with no series yet exports nothing a query could find.
+// parseExposition reads Prometheus' text format with expfmt and names each
+// sample as a query does: a histogram's as _bucket (with le), _sum and
+// _count. Only samples count: a family with no series yet exports nothing a
+// query could find.
 func parseExposition(r io.Reader) (exported, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
+	}
+	// As the text format writes them: 1e-06, 0.25, +Inf.
+	bound := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 	out := exported{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		m := sampleLine.FindStringSubmatch(line)
-		if m == nil {
-			return nil, fmt.Errorf("unparsable sample line %q", line)
-		}
-		labels := out[m[1]]
-		if labels == nil {
-			labels = map[string]map[string]bool{}
-			out[m[1]] = labels
-		}
-		for _, lp := range labelPair.FindAllStringSubmatch(m[2], -1) {
-			if labels[lp[1]] == nil {
-				labels[lp[1]] = map[string]bool{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch f.GetType() {
+			case dto.MetricType_HISTOGRAM:
+				for _, b := range m.GetHistogram().GetBucket() {
+					out.add(name+"_bucket", m.GetLabel(), "le", bound(b.GetUpperBound()))
+				}
+				out.add(name+"_bucket", m.GetLabel(), "le", "+Inf")
+				out.add(name+"_sum", m.GetLabel())
+				out.add(name+"_count", m.GetLabel())
+			case dto.MetricType_SUMMARY:
+				for _, q := range m.GetSummary().GetQuantile() {
+					out.add(name, m.GetLabel(), "quantile", bound(q.GetQuantile()))
+				}
+				out.add(name+"_sum", m.GetLabel())
+				out.add(name+"_count", m.GetLabel())
+			default:
+				out.add(name, m.GetLabel())
 			}
-			labels[lp[1]][lp[2]] = true
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // The labels Prometheus adds to every series at scrape time.
@@ -96,174 +123,106 @@ var promqlKeywords = map[string]bool{"by": true, "without": true, "on": true, "i
 	"group_right": true, "bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true,
 	"inf": true, "nan": true}
 
+// promqlToken matches one token of PromQL at the start of the text: a
+// string, a range or subquery, a label-matcher block, a Grafana $variable, a
+// number or duration, an identifier, a parenthesis or an operator. Its groups
+// say which; an unterminated string or a bad matcher matches none.
+var promqlToken = regexp.MustCompile(`^(?:` +
+	`("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')` + // 1 string
+	`|(\[[^\]]*\])` + // 2 range
+	`|(\{(?:\s*[a-zA-Z_]\w*\s*(?:=~|!~|!=|=)\s*(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*,?)*\s*\})` + // 3 matchers
+	`|(\$(?:\{[^}]*\}|[A-Za-z_]\w*))` + // 4 variable
+	`|((?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?:ms|[smhdwy])?)` + // 5 number
+	`|([a-zA-Z_:][a-zA-Z0-9_:]*)` + // 6 identifier
+	`|([()])` + // 7 parenthesis
+	`|([-+*/%^=!<>,])` + // 8 operator
+	`)`)
+
+var promqlMatcher = regexp.MustCompile(`([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')`)
+
+// promqlGrouping are the keywords followed by a list of labels.
+var promqlGrouping = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
+
 // parsePromQL finds the selectors of an expression and the labels its by(),
 // without(), on() and ignoring() clauses name. It is a lexer, not a parser: it
 // knows enough PromQL to find every name a typo could hide in, and rejects
 // what it does not understand. Grafana's $variables are placeholders.
 func parsePromQL(expr string) (sels []selector, grouping []string, err error) {
-	s := expr
-	depth := 0
-	skipSpace := func() { s = strings.TrimLeft(s, " \t\r\n") }
-	readIdent := func() string {
-		i := 0
-		for i < len(s) && (s[i] == '_' || s[i] == ':' || s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z' || i > 0 && s[i] >= '0' && s[i] <= '9') {
-			i++
-		}
-		id := s[:i]
-		s = s[i:]
-		return id
+	type token struct {
+		kind int // the group of promqlToken that matched
+		text string
 	}
-	readString := func() (string, error) {
-		q := s[0]
-		for i := 1; i < len(s); i++ {
-			switch s[i] {
-			case '\\':
-				i++
-			case q:
-				v := s[1:i]
-				s = s[i+1:]
-				return v, nil
-			}
+	var toks []token
+	for s := strings.TrimSpace(expr); s != ""; s = strings.TrimLeft(s, " \t\r\n") {
+		m := promqlToken.FindStringSubmatchIndex(s)
+		if m == nil {
+			return nil, nil, fmt.Errorf("unexpected %q in %q", s, expr)
 		}
-		return "", fmt.Errorf("unterminated string in %q", expr)
+		kind := 1
+		for m[2*kind] < 0 {
+			kind++
+		}
+		toks = append(toks, token{kind, s[:m[1]]})
+		s = s[m[1]:]
 	}
-	// readLabelList reads "(a, b)" after a grouping keyword.
-	readLabelList := func() error {
-		skipSpace()
-		if !strings.HasPrefix(s, "(") {
-			return nil // group_left without labels
-		}
-		end := strings.IndexByte(s, ')')
-		if end < 0 {
-			return fmt.Errorf("unclosed label list in %q", expr)
-		}
-		for _, l := range strings.Split(s[1:end], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				grouping = append(grouping, l)
-			}
-		}
-		s = s[end+1:]
-		return nil
-	}
-	readMatchers := func() ([]matcher, error) {
-		s = s[1:] // {
+	matchers := func(block string) []matcher {
 		var ms []matcher
-		for {
-			skipSpace()
-			if strings.HasPrefix(s, "}") {
-				s = s[1:]
-				return ms, nil
-			}
-			label := readIdent()
-			skipSpace()
-			op := ""
-			for _, o := range []string{"=~", "!~", "!=", "="} {
-				if strings.HasPrefix(s, o) {
-					op = o
-					break
-				}
-			}
-			if label == "" || op == "" {
-				return nil, fmt.Errorf("bad label matcher at %q in %q", s, expr)
-			}
-			s = s[len(op):]
-			skipSpace()
-			if s == "" || (s[0] != '"' && s[0] != '\'') {
-				return nil, fmt.Errorf("label %s: want a quoted value in %q", label, expr)
-			}
-			v, err := readString()
-			if err != nil {
-				return nil, err
-			}
-			ms = append(ms, matcher{label, op, v})
-			skipSpace()
-			s = strings.TrimPrefix(s, ",")
+		for _, m := range promqlMatcher.FindAllStringSubmatch(block, -1) {
+			ms = append(ms, matcher{m[1], m[2], m[3] + m[4]})
 		}
+		return ms
 	}
-	number := regexp.MustCompile(`^(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?:ms|[smhdwy])?`)
-	variable := regexp.MustCompile(`^\$(?:\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)`)
-	for {
-		skipSpace()
-		if s == "" {
-			break
+	depth := 0
+	for i := 0; i < len(toks); i++ {
+		tok, next := toks[i], token{}
+		if i+1 < len(toks) {
+			next = toks[i+1]
 		}
-		switch c := s[0]; {
-		case c == '"' || c == '\'':
-			if _, err := readString(); err != nil {
-				return nil, nil, err
-			}
-		case c == '[':
-			end := strings.IndexByte(s, ']')
-			if end < 0 {
-				return nil, nil, fmt.Errorf("unclosed range in %q", expr)
-			}
-			s = s[end+1:]
-		case c == '{':
-			ms, err := readMatchers()
-			if err != nil {
-				return nil, nil, err
-			}
-			name := ""
-			for _, m := range ms {
-				if m.label == "__name__" && m.op == "=" {
-					name = m.value
-				}
-			}
-			if name == "" {
-				return nil, nil, fmt.Errorf("a selector with no metric name in %q", expr)
-			}
-			sels = append(sels, selector{name, ms})
-		case c == '$':
-			m := variable.FindString(s)
-			if m == "" {
-				return nil, nil, fmt.Errorf("bad variable at %q", s)
-			}
-			s = s[len(m):]
-		case c >= '0' && c <= '9' || c == '.':
-			m := number.FindString(s)
-			if m == "" {
-				return nil, nil, fmt.Errorf("bad number at %q", s)
-			}
-			s = s[len(m):]
-		case c == '(':
+		switch {
+		case tok.text == "(":
 			depth++
-			s = s[1:]
-		case c == ')':
-			depth--
-			if depth < 0 {
+		case tok.text == ")":
+			if depth--; depth < 0 {
 				return nil, nil, fmt.Errorf("unbalanced ) in %q", expr)
 			}
-			s = s[1:]
-		case strings.ContainsRune("+-*/%^=!<>,", rune(c)):
-			s = s[1:]
-		case c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-			id := readIdent()
-			skipSpace()
-			switch {
-			case id == "by" || id == "without" || id == "on" || id == "ignoring" || id == "group_left" || id == "group_right":
-				if err := readLabelList(); err != nil {
-					return nil, nil, err
+		case tok.kind == 3: // {__name__="a"}
+			sel := selector{matchers: matchers(tok.text)}
+			for _, m := range sel.matchers {
+				if m.label == "__name__" && m.op == "=" {
+					sel.metric = m.value
 				}
-			case promqlKeywords[strings.ToLower(id)]:
-			case promqlAggregations[id] && (strings.HasPrefix(s, "by") || strings.HasPrefix(s, "without")):
-				// sum by (code) (...): the clause comes before the parenthesis.
-			case strings.HasPrefix(s, "("):
-				if !promqlFuncs[id] {
-					return nil, nil, fmt.Errorf("%s() is not a PromQL function", id)
+			}
+			if sel.metric == "" {
+				return nil, nil, fmt.Errorf("a selector with no metric name in %q", expr)
+			}
+			sels = append(sels, sel)
+		case tok.kind != 6:
+		case promqlGrouping[tok.text]:
+			// by (a, b); group_left may have no list.
+			for i++; i < len(toks) && next.text == "(" && toks[i].text != ")"; i++ {
+				if toks[i].kind == 6 {
+					grouping = append(grouping, toks[i].text)
 				}
-			default:
-				sel := selector{metric: id}
-				if strings.HasPrefix(s, "{") {
-					ms, err := readMatchers()
-					if err != nil {
-						return nil, nil, err
-					}
-					sel.matchers = ms
-				}
-				sels = append(sels, sel)
+			}
+			if next.text != "(" {
+				i--
+			} else if i == len(toks) {
+				return nil, nil, fmt.Errorf("unclosed label list in %q", expr)
+			}
+		case promqlKeywords[strings.ToLower(tok.text)]:
+		case promqlAggregations[tok.text] && promqlGrouping[next.text]:
+			// sum by (code) (...): the clause comes before the parenthesis.
+		case next.text == "(":
+			if !promqlFuncs[tok.text] {
+				return nil, nil, fmt.Errorf("%s() is not a PromQL function", tok.text)
 			}
 		default:
-			return nil, nil, fmt.Errorf("unexpected %q in %q", c, expr)
+			sel := selector{metric: tok.text}
+			if next.kind == 3 {
+				sel.matchers = matchers(next.text)
+				i++
+			}
+			sels = append(sels, sel)
 		}
 	}
 	if depth != 0 {
@@ -435,17 +394,6 @@ func checkDashboard(p *problems, data []byte, got exported) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on at the moment.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // scrapeRunningDaemon starts the real binary on the example config, drives
 // traffic that gives every decision family a series (OK, OVER_LIMIT, an
 // unmatched descriptor, an invalid request), and returns its /metrics.
@@ -460,8 +408,8 @@ func scrapeRunningDaemon(t *testing.T) exported {
 // Prometheus) serves at /metrics.
 func scrapeRunningDaemonBoth(t *testing.T) (admin, listener exported) {
 	t.Helper()
-	grpcAddr, httpAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	cmd := exec.Command(sharelimitBin, "serve", "--config-dir", filepath.Join(repo, "examples", "config"),
+	grpcAddr, httpAddr, metricsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
+	cmd := exec.Command(testutil.Build(t, command), "serve", "--config-dir", filepath.Join(repo, "examples", "config"),
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--metrics-addr", metricsAddr, "--drain", "0", "--shutdown-timeout", "1s")
 	var logs testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -476,25 +424,22 @@ func scrapeRunningDaemonBoth(t *testing.T) (admin, listener exported) {
 	})
 
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := client.Get("http://" + httpAddr + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
+	testutil.Eventually(t, 30*time.Second, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("sharelimit exited:\n%s", logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sharelimit never became healthy:\n%s", logs.String())
+		resp, err := client.Get("http://" + httpAddr + "/healthcheck")
+		if err != nil {
+			return fmt.Errorf("sharelimit never became healthy: %w\n%s", err, logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("sharelimit never became healthy: /healthcheck %d\n%s", resp.StatusCode, logs.String())
+		}
+		return nil
+	})
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -595,6 +540,8 @@ func TestParsePromQL(t *testing.T) {
 		{expr: `sum(a`, err: true},
 		{expr: `a{x~"1"}`, err: true},
 		{expr: `a{x="1}`, err: true},
+		{expr: `sum by (a`, err: true},
+		{expr: `a # b`, err: true},
 	} {
 		sels, grouping, err := parsePromQL(tc.expr)
 		if tc.err {
