@@ -29,30 +29,19 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // repo is the repository root, relative to this package's directory.
 const repo = ".."
 
-// sharelimitBin is the binary built once for the whole package by TestMain.
-var sharelimitBin string
+// command is the daemon's import path, built once for the package by
+// testutil.Build.
+const command = "github.com/sharelimit/sharelimit/cmd/sharelimit"
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sharelimit-examples-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sharelimitBin = filepath.Join(dir, "sharelimit")
-	build := exec.Command("go", "build", "-o", sharelimitBin, "./cmd/sharelimit")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build sharelimit: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testutil.RemoveBuilds()
 	os.Exit(code)
 }
 
@@ -232,7 +221,12 @@ func sharelimit(dir string, args ...string) (string, error) {
 	v, _ := runCache.LoadOrStore(string(h.Sum(nil)), &cachedRun{})
 	c := v.(*cachedRun)
 	c.once.Do(func() {
-		out, err := exec.Command(sharelimitBin, args...).CombinedOutput()
+		bin, err := testutil.Binary(command)
+		if err != nil {
+			c.err = err
+			return
+		}
+		out, err := exec.Command(bin, args...).CombinedOutput()
 		c.out, c.err = strings.ReplaceAll(string(out), dir, placeholder), err
 	})
 	out := strings.ReplaceAll(c.out, placeholder, dir)

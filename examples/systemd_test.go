@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // unitFile is a systemd unit: section -> key -> every value given, in order.
@@ -158,8 +160,9 @@ func systemdAnalyze(t *testing.T, p *problems, unitData []byte) {
 		t.Fatal(err)
 	}
 	// A copy, not a symlink: verify resolves links inside --root.
-	if err := os.Link(sharelimitBin, filepath.Join(binDir, "sharelimit")); err != nil {
-		bin, err := os.ReadFile(sharelimitBin)
+	built := testutil.Build(t, command)
+	if err := os.Link(built, filepath.Join(binDir, "sharelimit")); err != nil {
+		bin, err := os.ReadFile(built)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(binDir, "sharelimit"), bin, 0o755)
 		}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -20,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // transports are the values of --grpc-transport; every scenario runs on each.
@@ -61,6 +64,7 @@ type daemon struct {
 	transport string
 	grpcAddr  string
 	httpAddr  string
+	bin       string
 	args      []string // the whole serve command line, to restart it
 	log       string
 	cmd       *exec.Cmd
@@ -104,9 +108,10 @@ func startDaemon(t *testing.T, transport string, opts ...daemonOpt) *daemon {
 	for _, o := range opts {
 		o(d)
 	}
+	d.bin = daemonBinary(t)
 	var errs []string
 	for range 3 {
-		d.grpcAddr, d.httpAddr = freePort(t), freePort(t)
+		d.grpcAddr, d.httpAddr = testutil.FreeAddr(t), testutil.FreeAddr(t)
 		err := d.launch()
 		if err == nil {
 			t.Cleanup(d.kill)
@@ -125,12 +130,12 @@ func (d *daemon) launch() error {
 	}
 	defer logf.Close() // the child has its own descriptor
 	args := append(append([]string(nil), d.args...), "--grpc-addr", d.grpcAddr, "--http-addr", d.httpAddr)
-	cmd := exec.Command(sharelimitBin, args...)
+	cmd := exec.Command(d.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = daemonEnv()
 	configureProcess(cmd)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("run %s: %w", sharelimitBin, err)
+		return fmt.Errorf("run %s: %w", d.bin, err)
 	}
 	d.cmd, d.done, d.err = cmd, make(chan struct{}), nil
 	done := d.done
@@ -139,23 +144,28 @@ func (d *daemon) launch() error {
 		close(done)
 	}()
 	// Ready: the admin listener says healthy, and the gRPC port accepts.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if d.healthy() {
-			if c, err := net.DialTimeout("tcp", d.grpcAddr, time.Second); err == nil {
-				c.Close()
-				return nil
-			}
-		}
+	err = testutil.Poll(30*time.Second, func() error {
 		if d.exited() {
-			return fmt.Errorf("sharelimit exited during start-up (%v):\n%s", d.err, d.tail())
+			return nil // said below
 		}
-		if time.Now().After(deadline) {
-			d.kill()
-			return fmt.Errorf("sharelimit not ready within 20s:\n%s", d.tail())
+		if !d.healthy() {
+			return errors.New("/healthcheck not OK")
 		}
-		time.Sleep(20 * time.Millisecond)
+		c, err := net.DialTimeout("tcp", d.grpcAddr, time.Second)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		return nil
+	})
+	switch {
+	case d.exited():
+		return fmt.Errorf("sharelimit exited during start-up (%v):\n%s", d.err, d.tail())
+	case err != nil:
+		d.kill()
+		return fmt.Errorf("sharelimit not ready: %w\n%s", err, d.tail())
 	}
+	return nil
 }
 
 func (d *daemon) healthy() bool {
@@ -253,17 +263,6 @@ func (d *daemon) tail() string {
 		return "…" + string(b[len(b)-4000:])
 	}
 	return string(b)
-}
-
-// freePort returns 127.0.0.1:port where nothing listened a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // daemonEnv is the test's environment without SHARELIMIT_*, CONSUL_* and

@@ -1,47 +1,34 @@
 package interop
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
-// sharelimitBin is the daemon under test, built once by TestMain without the
-// race detector: the daemon is the system under test, not the test. With
-// SHARELIMIT_INTEROP_BIN set, that binary is tested instead (to run the
-// suite against another build, such as an older commit's).
-var sharelimitBin string
+// binEnv names the variable that points the suite at another build of the
+// daemon (an older commit's, say) instead of this tree's.
+const binEnv = "SHARELIMIT_INTEROP_BIN"
+
+// daemonBinary is the daemon under test: $SHARELIMIT_INTEROP_BIN when set,
+// else this tree's, built once for the package without the race detector
+// (the daemon is the system under test, not the test).
+func daemonBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv(binEnv); bin != "" {
+		return bin
+	}
+	return testutil.Build(t, "github.com/sharelimit/sharelimit/cmd/sharelimit")
+}
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	// A run that selects no test (make bench-smoke: -run '^$' -bench .) has
-	// nothing to build the daemon for.
-	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "^$" {
-		os.Exit(m.Run())
-	}
-	if bin := os.Getenv("SHARELIMIT_INTEROP_BIN"); bin != "" {
-		sharelimitBin = bin
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sharelimit-interop-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "interop: temp dir:", err)
-		os.Exit(1)
-	}
-	sharelimitBin = filepath.Join(dir, "sharelimit")
-	build := exec.Command("go", "build", "-o", sharelimitBin, "github.com/sharelimit/sharelimit/cmd/sharelimit")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "interop: build sharelimit: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testutil.RemoveBuilds()
 	os.Exit(code)
 }
 

@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // tap is a TCP relay in front of a daemon that reads the cleartext HTTP/2
@@ -497,17 +499,12 @@ func header(fs []hpack.HeaderField, name string) string {
 
 // waitFor polls cond (under the tap's lock) until it holds or timeout.
 func (tp *tap) waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
+	return testutil.Poll(timeout, func() error {
 		tp.mu.Lock()
-		ok := cond()
-		tp.mu.Unlock()
-		if ok {
-			return true
+		defer tp.mu.Unlock()
+		if !cond() {
+			return errors.New("not yet")
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}) == nil
 }

@@ -22,18 +22,25 @@ var buildDir struct {
 }
 
 // Build compiles the command whose import path is pkg, once per test binary,
-// and returns the path of the executable. Tests that call it at the same time
-// share the one build. It builds without the race detector: the command is
-// the system under test, not the test. A package whose tests call Build
-// removes the binaries after its tests with RemoveBuilds in TestMain.
+// and returns the path of the executable, failing t if it does not build.
+// Tests that call it at the same time share the one build. It builds without
+// the race detector: the command is the system under test, not the test. A
+// package whose tests call Build removes the binaries after its tests with
+// RemoveBuilds in TestMain.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
-	once, _ := builds.LoadOrStore(pkg, sync.OnceValues(func() (string, error) { return build(pkg) }))
-	bin, err := once.(func() (string, error))()
+	bin, err := Binary(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// Binary is Build for a caller with no test to fail: it returns the build's
+// error instead.
+func Binary(pkg string) (string, error) {
+	once, _ := builds.LoadOrStore(pkg, sync.OnceValues(func() (string, error) { return build(pkg) }))
+	return once.(func() (string, error))()
 }
 
 func build(pkg string) (string, error) {
