@@ -2,9 +2,16 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // A checkpoint stuck on the disk (the keeper's write lock held, as a
@@ -15,16 +22,30 @@ func TestStuckCheckpointDoesNotHoldTheStop(t *testing.T) {
 	cfg.StateFile = filepath.Join(t.TempDir(), "state")
 	cfg.StateInterval = 20 * time.Millisecond
 	cfg.ShutdownTimeout = 200 * time.Millisecond
-	d, err := New(cfg, quietLog(), "test")
+	var logs testutil.Buffer
+	d, err := New(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, nil) }()
-	time.Sleep(100 * time.Millisecond)
-	d.state.mu.Lock()                  // the disk hangs
-	time.Sleep(100 * time.Millisecond) // a checkpoint tick now waits inside write
+	// The daemon runs once it has written a checkpoint.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		var m dto.Metric
+		if err := d.state.writes.Write(&m); err != nil || m.GetCounter().GetValue() < 1 {
+			return errors.New("no checkpoint written")
+		}
+		return nil
+	})
+	d.state.mu.Lock() // the disk hangs
+	// A checkpoint is stuck once a later tick finds it still being written.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(logs.String(), "state checkpoint skipped") {
+			return errors.New("no checkpoint stuck on the disk")
+		}
+		return nil
+	})
 	stopped := time.Now()
 	cancel()
 	// The abandoned writes go on once the disk answers; they must be over

@@ -95,24 +95,18 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 	// weights waits for the views in force.
 	weights := func(when string, want map[string]float64) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testutil.Eventually(t, 30*time.Second, func() error {
 			got := map[string]float64{}
 			for _, dom := range []string{"a", "b", "c"} {
 				got[dom] = d.engine.GroupWeight(d.engine.DomainGroup(dom)).W
 			}
-			ok := true
 			for dom, w := range want {
-				ok = ok && math.Abs(got[dom]-w) < 1e-12
+				if math.Abs(got[dom]-w) >= 1e-12 {
+					return fmt.Errorf("%s: weights %v, want %v", when, got, want)
+				}
 			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: weights %v, want %v", when, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	weights("start", map[string]float64{"a": 0.25, "b": 0.5, "c": 0.2})

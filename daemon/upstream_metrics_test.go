@@ -3,9 +3,9 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -54,17 +54,6 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
-// freeLoopback is a loopback address nothing listens on at the moment.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // scrape reads one exposition from url with expfmt, as Prometheus would.
 func scrape(t *testing.T, url string) (int, map[string]*dto.MetricFamily) {
 	t.Helper()
@@ -111,7 +100,7 @@ func sample(fams map[string]*dto.MetricFamily, name string, labels ...string) (m
 func TestUpstreamPrometheus(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, "edge.yaml", upstreamRules)
-	promAddr := freeLoopback(t)
+	promAddr := testutil.FreeAddr(t)
 	cfg, err := config.ParseEnviron("serve", nil, []string{
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + promAddr, "PROMETHEUS_PATH=/stats", "NEAR_LIMIT_RATIO=0.5",
 		"SHARELIMIT_CONFIG_DIR=" + dir, "SHARELIMIT_RELOAD_DEBOUNCE=10ms",
@@ -245,17 +234,13 @@ func TestUpstreamPrometheus(t *testing.T) {
 
 	// A config that does not load counts as upstream's config_load_error.
 	writeRules(t, dir, "broken.yaml", "domain: other\ndescriptors:\n  - key: \n")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		_, fams = scrape(t, url)
-		if m, ok := sample(fams, "ratelimit_service_config_load_error"); ok && m.GetCounter().GetValue() == 1 {
-			break
+		if m, ok := sample(fams, "ratelimit_service_config_load_error"); !ok || m.GetCounter().GetValue() != 1 {
+			return fmt.Errorf("config_load_error never counted the broken file: %v", m)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("config_load_error never counted the broken file")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestUpstreamPrometheusBeyondLoopbackWarns: upstream's default

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // running is a daemon serving on loopback, stopped at the end of the test.
@@ -130,13 +131,12 @@ func TestForceStartServesWithNoRules(t *testing.T) {
 		t.Fatalf("/rlconfig does not show the failed load:\n%s", body)
 	}
 	writeRules(t, cfg.ConfigDir, "r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n")
-	deadline := time.Now().Add(20 * time.Second)
-	for r.call(t, "d", "k=1").OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		if time.Now().After(deadline) {
-			t.Fatal("the fixed config never loaded")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if c := r.call(t, "d", "k=1").OverallCode; c != rlsv3.RateLimitResponse_OVER_LIMIT {
+			return fmt.Errorf("the fixed config never loaded: %v", c)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestHealthyWithAtLeastOneConfig: with the setting, both health endpoints
@@ -150,17 +150,12 @@ func TestHealthyWithAtLeastOneConfig(t *testing.T) {
 	r := start(t, cfg)
 	await := func(want bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			g, h := r.serving(t)
-			if g == want && (h == http.StatusOK) == want {
-				return
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if g, h := r.serving(t); g != want || (h == http.StatusOK) != want {
+				return fmt.Errorf("health gRPC serving=%v /healthcheck=%d, want serving=%v", g, h, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("health gRPC serving=%v /healthcheck=%d, want serving=%v", g, h, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	await(false)
 	writeRules(t, cfg.ConfigDir, "r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")

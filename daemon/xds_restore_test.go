@@ -82,7 +82,7 @@ func TestXDSForceStartRestoresBeforeServing(t *testing.T) {
 	defer srvB.Stop()
 	cfg.XDSServerURL = srvB.Addr()
 	r := start(t, cfg)
-	var okWithRule atomic.Int64
+	var calls, okWithRule, overWithRule atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -96,16 +96,21 @@ func TestXDSForceStartRestoresBeforeServing(t *testing.T) {
 				default:
 				}
 				resp := r.call(t, "d", "k=1")
-				if resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].CurrentLimit != nil {
+				calls.Add(1)
+				switch {
+				case resp.Statuses[0].CurrentLimit == nil:
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
 					okWithRule.Add(1)
+				default:
+					overWithRule.Add(1)
 				}
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	within(t, "calls before the rule", func() bool { return calls.Load() >= 100 })
 	srvB.Set("v1", xdsConfig("d", 2))
 	within(t, "restored", func() bool { return r.d.engine.Store().Live() >= 300000 })
-	time.Sleep(100 * time.Millisecond)
+	within(t, "calls under the rule", func() bool { return overWithRule.Load() >= 100 })
 	close(stop)
 	wg.Wait()
 	if n := okWithRule.Load(); n != 0 {

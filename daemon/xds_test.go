@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/internal/xdstest"
 )
 
@@ -19,13 +21,12 @@ func xdsConfig(domain string, rpu uint32) *rlsconfv3.RateLimitConfig {
 
 func within(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if !f() {
+			return errors.New(what)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestXDSRules: with --config-type GRPC_XDS_SOTW the daemon waits for the

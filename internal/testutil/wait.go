@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -48,5 +49,17 @@ func Poll(timeout time.Duration, cond func() error) error {
 		// Quick to see a condition that holds soon; no busier than 20 polls
 		// a second for one that takes its time.
 		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// Cond adapts a condition that says only whether it holds, for Eventually
+// and Poll: while it does not hold, the error is the description of what is
+// awaited, made from format and args.
+func Cond(cond func() bool, format string, args ...any) func() error {
+	return func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for "+format, args...)
+		}
+		return nil
 	}
 }

@@ -3,12 +3,11 @@ package xds
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,12 +24,7 @@ import (
 // when the process dies the rules in force stand.
 func TestProcessServer(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "xdsserver")
-	build := exec.Command("go", "build", "-o", bin, "github.com/sharelimit/sharelimit/internal/xdstest/cmd/xdsserver")
-	build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build xdsserver: %v\n%s", err, out)
-	}
+	bin := testutil.Build(t, "github.com/sharelimit/sharelimit/internal/xdstest/cmd/xdsserver")
 	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--node-id", "proc-node", "--control-addr", "127.0.0.1:0")
 	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
@@ -79,13 +73,12 @@ func TestProcessServer(t *testing.T) {
 	r.run()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\nstatus %+v\nxdsserver stderr:\n%s\nlogs:\n%s", what, src.Status(), stderr.String(), logs.String())
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if cond() {
+				return nil
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return fmt.Errorf("waiting for %s\nstatus %+v\nxdsserver stderr:\n%s\nlogs:\n%s", what, src.Status(), stderr.String(), logs.String())
+		})
 	}
 	put := func(version, body string) {
 		t.Helper()

@@ -80,17 +80,16 @@ func (r *rig) run() {
 	})
 }
 
-// waitFor polls cond, failing after a deadline far longer than any healthy
-// run needs: it catches hangs, it does not measure speed.
+// waitFor polls cond, reporting the source's status, the server's requests
+// and the logs if it never holds.
 func (r *rig) waitFor(what string, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("timed out waiting for %s\nstatus %+v\nrequests %+v\nlogs:\n%s", what, r.src.Status(), r.srv.Requests(), r.logs.String())
+	testutil.Eventually(r.t, 30*time.Second, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("waiting for %s\nstatus %+v\nrequests %+v\nlogs:\n%s", what, r.src.Status(), r.srv.Requests(), r.logs.String())
+	})
 }
 
 // acked reports whether the server has seen version ACKed.
@@ -333,18 +332,13 @@ func TestServerLate(t *testing.T) {
 // restart starts a server on addr again, retrying while the port is busy.
 func restart(t *testing.T, addr string) *xdstest.Server {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		srv, err := xdstest.Start(addr, testNode)
-		if err == nil {
-			t.Cleanup(srv.Stop)
-			return srv
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restart server on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var srv *xdstest.Server
+	testutil.Eventually(t, 30*time.Second, func() (err error) {
+		srv, err = xdstest.Start(addr, testNode)
+		return err
+	})
+	t.Cleanup(srv.Stop)
+	return srv
 }
 
 // TestRunTwice: a Source runs once.
