@@ -51,14 +51,7 @@ func cfDemandCluster(t *testing.T, args ...string) (c *cluster, leader int) {
 		c.register(i)
 	}
 	c.startAll(k)
-	deadline := time.Now().Add(10 * time.Second)
-	for leader = c.leader(); leader < 0; leader = c.leader() {
-		if time.Now().After(deadline) {
-			t.Fatal("no replica leads the division 10 s after start")
-		}
-		time.Sleep(pollSlowly)
-	}
-	return c, leader
+	return c, c.awaitLeader("30 s after start", 30*time.Second)
 }
 
 // cfReportKey is node's demand report key in Consul KV.

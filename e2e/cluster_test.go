@@ -9,14 +9,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"text/template"
@@ -28,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // service is the Consul service whose passing instances are the replicas.
@@ -250,9 +249,10 @@ func (d *daemon) waitExit(t *testing.T, timeout time.Duration) error {
 // replicas is --replicas, the count that stands until Consul first answers.
 func (c *cluster) start(i, replicas int) *daemon {
 	c.t.Helper()
+	sharelimitBin(c.t) // built before the ports are chosen
 	var errs []error
 	for range 3 {
-		d, err := c.launch(i, freePort(c.t), freePort(c.t), replicas)
+		d, err := c.launch(i, testutil.FreeAddr(c.t), testutil.FreeAddr(c.t), replicas)
 		if err == nil {
 			c.daemons[i] = d
 			return d
@@ -292,7 +292,7 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 	} else {
 		args = append(args, "--peers-dns", c.peersDNS, "--peers-dns-server", c.consul.DNSAddr(), "--peers-dns-interval", dnsInterval)
 	}
-	cmd := exec.Command(sharelimitBin, append(args,
+	cmd := exec.Command(sharelimitBin(c.t), append(args,
 		"--replicas", strconv.Itoa(replicas),
 		"--drain", drain.String(),
 		"--shutdown-timeout", "5s",
@@ -309,7 +309,7 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 	cmd.Stdout, cmd.Stderr = logf, logf
 	configureProcess(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("run %s: %w", sharelimitBin, err)
+		return nil, fmt.Errorf("run %s: %w", sharelimitBin(c.t), err)
 	}
 	d := &daemon{node: node, grpcAddr: grpcAddr, httpAddr: httpAddr, log: logf.Name(), cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -328,24 +328,27 @@ func (c *cluster) launch(i int, grpcAddr, httpAddr string, replicas int) (*daemo
 
 	// Ready means both health endpoints say so. The gRPC check also opens
 	// the connection the load will use, as Envoy holds one open.
-	deadline := time.Now().Add(startTimeout)
-	for {
-		code, err := c.healthcheck(d)
-		if err == nil && code == http.StatusOK {
-			var h healthpb.HealthCheckResponse_ServingStatus
-			if h, err = d.grpcHealth(); err == nil && h == healthpb.HealthCheckResponse_SERVING {
-				return d, nil
-			}
-		}
+	err = testutil.Poll(startTimeout, func() error {
 		if d.exited() {
-			return nil, fmt.Errorf("%s exited during start-up (%v):\n%s", node, d.err, tail(d.log, 4000))
+			return nil // said below
 		}
-		if time.Now().After(deadline) {
-			d.kill()
-			return nil, fmt.Errorf("%s not healthy within %s (last: %d %v):\n%s", node, startTimeout, code, err, tail(d.log, 4000))
+		code, err := c.healthcheck(d)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("/healthcheck: %d %v", code, err)
 		}
-		time.Sleep(pollEvery)
+		if h, err := d.grpcHealth(); err != nil || h != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("gRPC health: %v %v", h, err)
+		}
+		return nil
+	})
+	switch {
+	case d.exited():
+		return nil, fmt.Errorf("%s exited during start-up (%v):\n%s", node, d.err, tail(d.log, 4000))
+	case err != nil:
+		d.kill()
+		return nil, fmt.Errorf("%s not healthy: %w\n%s", node, err, tail(d.log, 4000))
 	}
+	return d, nil
 }
 
 // startAll starts daemons 0..k-1 and waits until each sees k replicas.
@@ -574,34 +577,6 @@ func pollInterval(since time.Time) time.Duration {
 }
 
 func sameWeight(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-
-// claimedPorts are the ports handed out in this process, so two daemons
-// started back to back never get the same one.
-var claimedPorts = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
-// freePort returns host:port on loopback where nothing listened a moment ago.
-// Another process may still take it; start retries then.
-func freePort(t *testing.T) string {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		claimedPorts.Lock()
-		taken := claimedPorts.m[port]
-		claimedPorts.m[port] = true
-		claimedPorts.Unlock()
-		if !taken {
-			return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		}
-	}
-}
 
 // daemonEnv is the test's environment without CONSUL_* and SHARELIMIT_*
 // variables, so neither a developer's Consul nor their sharelimit settings

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // The demand-sharing scenarios: four replicas share L by demand
@@ -244,6 +246,19 @@ func (c *cluster) leader() int {
 	return -1
 }
 
+// awaitLeader polls until a replica leads the division, and returns it.
+func (c *cluster) awaitLeader(what string, timeout time.Duration) int {
+	c.t.Helper()
+	lead := -1
+	testutil.Eventually(c.t, timeout, func() error {
+		if lead = c.leader(); lead < 0 {
+			return fmt.Errorf("no replica leads the division %s", what)
+		}
+		return nil
+	})
+	return lead
+}
+
 // TestDemandReplicaDeath: a replica's daemon dies and its node is
 // deregistered, and its traffic moves to the other three.
 //
@@ -272,14 +287,7 @@ func replicaDeath(t *testing.T, victim string) {
 	// default) before its peers take its share over; the death and the
 	// division after it are what is under test here, so the grace is 1 s.
 	c := demandCluster(t, k, "--membership-grace", "1s")
-	var lead int
-	deadline := time.Now().Add(10 * time.Second)
-	for lead = c.leader(); lead < 0; lead = c.leader() {
-		if time.Now().After(deadline) {
-			t.Fatal("no replica leads the division 10 s after start")
-		}
-		time.Sleep(pollSlowly)
-	}
+	lead := c.awaitLeader("30 s after start", 30*time.Second)
 	hot, dead := (lead+1)%k, lead
 	if victim == "hot" {
 		dead = hot
@@ -303,13 +311,7 @@ func replicaDeath(t *testing.T, victim string) {
 	c.daemons[dead].kill()
 	c.deregister(dead)
 	died := time.Now()
-	var next int
-	for next = c.leader(); next < 0; next = c.leader() {
-		if time.Since(died) > 2*within {
-			t.Fatalf("no replica leads within %v of %s's death", 2*within, c.daemons[dead].node)
-		}
-		time.Sleep(pollSlowly)
-	}
+	next := c.awaitLeader(fmt.Sprintf("within %v of %s's death", 2*within, c.daemons[dead].node), 2*within)
 	takeover := time.Since(died)
 	l.wait()
 	end := l.lastAnswered()

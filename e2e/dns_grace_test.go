@@ -5,11 +5,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // lookupA asks server over TCP for name's A records.
@@ -53,11 +55,12 @@ func TestDNSCheckCriticalWhileServingKeepsCap(t *testing.T) {
 	t0 := l.elapsed()
 	c.consul.SetCheck(nodeName(0), serviceID(0), false)
 	name := service + ".service.consul."
-	for since := time.Now(); lookupA(t, c.consul.DNSAddr(), name) != 1; time.Sleep(pollInterval(since)) {
-		if time.Since(since) > 30*time.Second {
-			t.Fatalf("Consul's DNS still lists %s's instance 30 s after its check turned critical", nodeName(0))
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if n := lookupA(t, c.consul.DNSAddr(), name); n != 1 {
+			return fmt.Errorf("Consul's DNS still lists %d instances, %s's among them, after its check turned critical", n, nodeName(0))
 		}
-	}
+		return nil
+	})
 	t1 := l.elapsed()
 	// Past the 2 s hold, with the daemons resolving every 250 ms.
 	l.sleepUntil(t1 + mfHold + 3*time.Second)

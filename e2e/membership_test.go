@@ -8,6 +8,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // The membership scenarios: several Consul services per node, Consul's
@@ -47,18 +49,14 @@ func ordersRequest(uint64) *rlsv3.RateLimitRequest {
 // awaitSeries polls each daemon's /metrics until series reads want.
 func (c *cluster) awaitSeries(series string, want float64, timeout time.Duration, ds ...*daemon) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
 	for _, d := range ds {
-		for {
-			got, ok := c.metrics(d)[series]
-			if ok && math.Abs(got-want) < 1e-9 {
-				break
+		testutil.Eventually(c.t, timeout-time.Since(start), func() error {
+			if got, ok := c.metrics(d)[series]; !ok || math.Abs(got-want) >= 1e-9 {
+				return fmt.Errorf("%s: %s = %v (present %v), want %v within %s", d.node, series, got, ok, want, timeout)
 			}
-			if time.Now().After(deadline) {
-				c.t.Fatalf("%s: %s = %v (present %v), want %v within %s", d.node, series, got, ok, want, timeout)
-			}
-			time.Sleep(pollSlowly)
-		}
+			return nil
+		})
 	}
 }
 

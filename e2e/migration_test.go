@@ -260,7 +260,7 @@ func newImageRoot(t *testing.T, configMap bool) imageRoot {
 			t.Fatal(err)
 		}
 	}
-	must(os.Symlink(sharelimitBin, r.path("/sharelimit")))
+	must(os.Symlink(sharelimitBin(t), r.path("/sharelimit")))
 	must(os.Symlink(r.path("/sharelimit"), r.path("/bin/ratelimit")))
 	dir := r.path("/data/ratelimit/config")
 	files := map[string]string{"config.yaml": upstreamRules["config.yaml"], "api.yaml": upstreamRules["extra"]}
@@ -409,7 +409,7 @@ func runInNetNS(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "unshare", "--net", "--", "sh", "-c",
 		`ip link set lo up && ip addr add 10.213.0.1/32 dev lo && exec "$@"`, "sh",
 		bin, "-test.run", "^TestMigration$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), migrationNetNS+"=inside", binEnv+"="+sharelimitBin)
+	cmd.Env = append(os.Environ(), migrationNetNS+"=inside", binEnv+"="+sharelimitBin(t))
 	out, err := cmd.CombinedOutput()
 	t.Logf("in a network namespace with 10.213.0.1 on loopback:\n%s", out)
 	if err != nil {

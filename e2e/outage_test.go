@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // TestConsulOutage: the Consul agent is killed while traffic flows. The
@@ -30,18 +32,13 @@ func TestConsulOutage(t *testing.T) {
 
 	// Every daemon notices (its blocking query fails) and keeps its view.
 	outage := make([]*rlconfig, k)
-	deadline := time.Now().Add(5 * time.Second)
 	for _, d := range c.daemons {
-		for {
-			r := c.mustRlconfig(d)
-			if r.Membership.LastError != "" {
-				break
+		testutil.Eventually(t, 5*time.Second-time.Since(killed), func() error {
+			if r := c.mustRlconfig(d); r.Membership.LastError == "" {
+				return fmt.Errorf("%s: no watch error reported %s into the outage: %+v", d.node, 5*time.Second, r.Membership)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no watch error reported %s into the outage: %+v", d.node, 5*time.Second, r.Membership)
-			}
-			time.Sleep(pollInterval(killed))
-		}
+			return nil
+		})
 	}
 	l.sleepUntil(t1 + 4*time.Second)
 	for i, d := range c.daemons {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // proc is one sharelimit process started with a given environment and no
@@ -34,7 +37,7 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p := &proc{cmd: exec.Command(sharelimitBin, args...), log: logf.Name(), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(sharelimitBin(t), args...), log: logf.Name(), done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	configureProcess(p.cmd)
@@ -57,22 +60,18 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 // the last error and the process's log.
 func (p *proc) await(t *testing.T, what string, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.Eventually(t, timeout, func() error {
 		err := f()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-p.done:
 			t.Fatalf("%s: the process exited (%v):\n%s", what, p.err, tail(p.log, 4000))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v after %s:\n%s", what, err, timeout, tail(p.log, 4000))
-		}
-		time.Sleep(pollEvery)
-	}
+		return fmt.Errorf("%s: %w\n%s", what, err, tail(p.log, 4000))
+	})
 }
 
 // awaitHealthy waits until the admin listener at addr answers /healthcheck
@@ -153,7 +152,7 @@ func TestUpstreamDeploymentEnvironment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	grpcAddr, httpAddr, debugAddr := freePort(t), freePort(t), freePort(t)
+	grpcAddr, httpAddr, debugAddr := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"RUNTIME_ROOT=" + root,
@@ -168,7 +167,7 @@ func TestUpstreamDeploymentEnvironment(t *testing.T) {
 		"GRPC_PORT=" + port(grpcAddr),
 		"PORT=" + port(httpAddr),
 		"DEBUG_PORT=" + port(debugAddr),
-		"SHARELIMIT_LOCAL_HTTP_ADDR=" + freePort(t), // not the fixed default, 127.0.0.1:8082
+		"SHARELIMIT_LOCAL_HTTP_ADDR=" + testutil.FreeAddr(t), // not the fixed default, 127.0.0.1:8082
 	}
 	p := startProc(t, env)
 	p.awaitHealthy(t, "/healthcheck on PORT", httpAddr)

@@ -14,6 +14,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // xdsServer is the management server process: its xDS and control addresses.
@@ -27,7 +29,7 @@ type xdsServer struct {
 // reads the addresses it prints once it listens.
 func startXDSServer(t *testing.T, addr string) *xdsServer {
 	t.Helper()
-	s := &xdsServer{cmd: exec.Command(xdsserverBin, "--addr", addr, "--node-id", "edge-node", "--control-addr", "127.0.0.1:0"), done: make(chan struct{})}
+	s := &xdsServer{cmd: exec.Command(xdsserverBin(t), "--addr", addr, "--node-id", "edge-node", "--control-addr", "127.0.0.1:0"), done: make(chan struct{})}
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +111,7 @@ func xdsRules(rpu int, extra string) string {
 // changed limit keeps the spent bucket spent.
 func TestXDSManagementServer(t *testing.T) {
 	srv := startXDSServer(t, "127.0.0.1:0")
-	grpcAddr, httpAddr, localAddr, debugAddr := freePort(t), freePort(t), freePort(t), freePort(t)
+	grpcAddr, httpAddr, localAddr, debugAddr := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
 	p := startProc(t, []string{
 		"PATH=" + os.Getenv("PATH"),
 		// Upstream's environment puts the admin port beyond loopback,
