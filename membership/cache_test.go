@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // TestAgentCachedWatch runs the watch with its defaults through a counting
@@ -190,7 +191,7 @@ func TestFakeCacheRetry(t *testing.T) {
 	}
 	// Fell back; after the retry period the cache is asked again, fails,
 	// and the watch goes back to plain queries.
-	waitFor(t, func() bool { return cachedAfter(0) >= 2*cacheStrikes }, "a fall back and a retry of the cache")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return cachedAfter(0) >= 2*cacheStrikes }, "a fall back and a retry of the cache"))
 	start := time.Now()
 	mark := f.count()
 	time.Sleep(retry / 2)
@@ -199,8 +200,8 @@ func TestFakeCacheRetry(t *testing.T) {
 	}
 	cacheWorks.Store(true)
 	mark = f.count()
-	waitFor(t, func() bool { return cachedAfter(mark) >= 1 }, "the next retry of the cache")
-	waitFor(t, func() bool { return f.count() >= mark+20 }, "twenty more queries")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return cachedAfter(mark) >= 1 }, "the next retry of the cache"))
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= mark+20 }, "twenty more queries"))
 	reqs := f.requests()[mark:]
 	retried := 0
 	for !reqs[retried].query.Has("cached") {
@@ -268,7 +269,7 @@ func TestFakeCacheNotBlamedForOutage(t *testing.T) {
 	var logs logBuffer
 	c := watch(t, fast(ConsulConfig{Logger: logs.logger()}), newClient(t, f.addr(), ""))
 	waitView(t, c, func(v View) bool { return v.Errors >= 1 }, "the outage")
-	waitFor(t, func() bool { return f.count() >= 20 }, "twenty queries")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= 20 }, "twenty queries"))
 	reqs := f.requests()
 	plain := 0
 	for _, r := range reqs {
@@ -329,7 +330,7 @@ func TestFakeCacheOlderAnswer(t *testing.T) {
 		}
 	}}), newClient(t, f.addr(), ""))
 	waitView(t, c, counts(4, 1), "the plain probe's four instances")
-	waitFor(t, func() bool { return f.count() >= 12 }, "a dozen queries")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= 12 }, "a dozen queries"))
 	mu.Lock()
 	defer mu.Unlock()
 	if worst > 0.25 {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // fakeClock is a clock whose time moves only when the test says so. Its
@@ -137,7 +139,7 @@ func runDamper(t *testing.T, d *Damper) {
 			t.Errorf("Damper.Run still running 5 s after its context was cancelled")
 		}
 	})
-	waitFor(t, d.armedForTest, "the damper to arm its timers")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(d.armedForTest, "the damper to arm its timers"))
 }
 
 // seen returns a confirmed consul view of total instances, local of them
@@ -577,7 +579,7 @@ func TestDamperBeforeRun(t *testing.T) {
 		t.Fatalf("before Run: weight %v, want the grow held at 1/2", w)
 	}
 	runDamper(t, d)
-	waitFor(t, func() bool { return d.View().Weight == 1 }, "the due grow to apply when Run starts")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d.View().Weight == 1 }, "the due grow to apply when Run starts"))
 	if pub, _ := sub.last(); pub.Weight != 1 {
 		t.Fatalf("subscriber has %+v", pub)
 	}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // request is what the fake server saw of one health query.
@@ -184,7 +186,7 @@ func TestFakeQueryParameters(t *testing.T) {
 			})
 			c := watch(t, fast(tc.cfg), newClient(t, f.addr(), ""))
 			waitView(t, c, counts(1, 1), "one instance on node-a")
-			waitFor(t, func() bool { return f.count() >= 2 }, "a blocking query")
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= 2 }, "a blocking query"))
 			for i, r := range f.requests() {
 				if msg := tc.check(r.query); msg != "" {
 					t.Errorf("request %d has query %v: %s", i, r.query, msg)
@@ -207,7 +209,7 @@ func TestFakeIndexGoesBackwards(t *testing.T) {
 		reply(w, indexes[n], entries(nodes...))
 	})
 	c := watch(t, fast(ConsulConfig{}), newClient(t, f.addr(), ""))
-	waitFor(t, func() bool { return f.count() > len(indexes) }, "the watch to block after the reset")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() > len(indexes) }, "the watch to block after the reset"))
 	reqs := f.requests()
 	want := []string{"", "100", "100", "", "60"} // "" is a non-blocking query
 	for i, w := range want {
@@ -245,7 +247,9 @@ func TestFakeIndexZero(t *testing.T) {
 			start := time.Now()
 			c := watch(t, fast(ConsulConfig{QueryRate: rate, QueryBurst: burst}), newClient(t, f.addr(), ""))
 			waitView(t, c, counts(3, 1), "three instances")
-			time.Sleep(500 * time.Millisecond)
+			// Enough requests past the burst that only the bucket can have
+			// paced them.
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= burst+10 }, "ten requests past the burst"))
 			n, elapsed := f.count(), time.Since(start)
 			for i, r := range f.requests() {
 				if r.blocking() {
@@ -295,7 +299,7 @@ func TestFakeQueryRateBounded(t *testing.T) {
 			c := watch(t, cfg, newClient(t, f.addr(), ""))
 			rate, burst := c.cfg.QueryRate, c.cfg.QueryBurst
 			start := time.Now()
-			time.Sleep(1500 * time.Millisecond)
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= burst+5 }, "five queries past the burst"))
 			n, elapsed := f.count(), time.Since(start)
 			limit := burst + int(rate*elapsed.Seconds()) + 1
 			t.Logf("catalog changing 100/s: %d queries in %s at QueryRate %v, QueryBurst %d (bound %d)", n, elapsed.Round(time.Millisecond), rate, burst, limit)
@@ -340,7 +344,12 @@ func TestFakeErrorBursts(t *testing.T) {
 			c := watch(t, cfg, newClient(t, f.addr(), ""))
 			good := waitView(t, c, counts(2, 1), "the first answer")
 			start := time.Now()
-			time.Sleep(700 * time.Millisecond)
+			retries := regexp.MustCompile(`retry_in=(\S+)`)
+			// At least 700 ms of errors, long enough for a loop without
+			// back-off to make thousands of requests.
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
+				return time.Since(start) >= 700*time.Millisecond && c.View().Errors >= 3 && len(retries.FindAllString(logs.String(), -1)) >= 3
+			}, "700 ms and three failed requests, each with its back-off logged"))
 			v := c.View()
 			reqs := f.requests()
 
@@ -536,7 +545,7 @@ func TestFakeZeroPassing(t *testing.T) {
 	if v.Total != 4 || v.Weight != 0.25 || !strings.Contains(v.LastError, "none passing") {
 		t.Fatalf("view = %+v; want the last view (4 instances, weight 1/4) with the condition reported", v)
 	}
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "none passing") }, "a warning about zero instances")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return strings.Contains(logs.String(), "none passing") }, "a warning about zero instances"))
 	if !strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("zero instances not logged at warn:\n%s", logs.String())
 	}
@@ -604,18 +613,6 @@ func TestFakeTokenNeverLeaks(t *testing.T) {
 	}
 	if out := logs.String(); strings.Contains(out, token) || !strings.Contains(out, "403") {
 		t.Errorf("logs carry the token or miss the error:\n%s", out)
-	}
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

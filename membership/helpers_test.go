@@ -76,17 +76,14 @@ func run(t *testing.T, c interface{ Run(context.Context) error }) {
 // 30 s, and returns the view that satisfied it.
 func waitView(t *testing.T, c interface{ View() View }, cond func(View) bool, format string, args ...any) View {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // generous: the machine is shared, and CI runs every package at once
-	for {
-		v := c.View()
-		if cond(v) {
-			return v
+	var v View
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if v = c.View(); !cond(v) {
+			return fmt.Errorf("waiting for %s; view is %+v", fmt.Sprintf(format, args...), v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; view is %+v", fmt.Sprintf(format, args...), v)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
+	return v
 }
 
 // counts matches a view's Total and Local and checks that its Weight follows.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestWeight(t *testing.T) {
@@ -386,10 +388,7 @@ func TestRunTwice(t *testing.T) {
 	t.Parallel()
 	c := watch(t, ConsulConfig{Service: "web", Node: "n1", BackoffBase: time.Hour}, newClient(t, "127.0.0.1:1", ""))
 	// The first Run owns the source; give it a moment to claim it.
-	deadline := time.Now().Add(5 * time.Second)
-	for !c.running.Load() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(c.running.Load, "the first Run to start"))
 	if err := c.Run(t.Context()); !errors.Is(err, ErrRunning) {
 		t.Fatalf("second Run = %v, want ErrRunning", err)
 	}

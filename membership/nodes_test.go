@@ -1,11 +1,13 @@
 package membership
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // TestAgentPassingNodes: the watch knows which nodes have a passing instance
@@ -22,13 +24,12 @@ func TestAgentPassingNodes(t *testing.T) {
 	c := watch(t, ConsulConfig{Service: "web", Node: "node-a"}, newClient(t, a.Addr(), ""))
 	await := func(want ...string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !slices.Equal(c.PassingNodes(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("passing nodes %v, want %v", c.PassingNodes(), want)
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if got := c.PassingNodes(); !slices.Equal(got, want) {
+				return fmt.Errorf("passing nodes %v, want %v", got, want)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	await("node-a", "node-b")
 	registerWeighted(t, a, "node-c", "web-c", 1, true)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // weighed matches a view's counts, summed weights and share.
@@ -181,7 +182,7 @@ func TestFakeInvalidWeights(t *testing.T) {
 			c := watch(t, fast(ConsulConfig{Logger: logs.logger()}), newClient(t, f.addr(), ""))
 			first := waitView(t, c, weighed(4, 1, 4, 1, 0.25), "the first answer")
 			v := waitView(t, c, tc.want, "the answer under test")
-			waitFor(t, func() bool { return f.count() >= 8 }, "several more answers")
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return f.count() >= 8 }, "several more answers"))
 			out := logs.String()
 			if tc.wantErr != "" {
 				if !strings.Contains(v.LastError, tc.wantErr) || v.Weight != first.Weight || !v.ObservedAt.Equal(first.ObservedAt) {

@@ -13,23 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var testKeys = Keys{Prefix: "test/demand/", Service: "web"}
-
-// waitFor polls cond every 50 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // runSession starts a session and returns it with a stop function that ends
 // Run and waits for it.
@@ -45,7 +34,7 @@ func runSession(t *testing.T, client *api.Client, name string) (*Session, func()
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	waitFor(t, 5*time.Second, "session created", func() bool { id, _ := s.ID(); return id != "" })
+	testutil.Eventually(t, 5*time.Second, testutil.Cond(func() bool { id, _ := s.ID(); return id != "" }, "session created"))
 	return s, stop
 }
 
@@ -54,17 +43,12 @@ func runSession(t *testing.T, client *api.Client, name string) (*Session, func()
 // retries for a few seconds, as Session.Run does.
 func rawSession(t *testing.T, client *api.Client, e *api.SessionEntry) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		id, _, err := client.Session().CreateNoChecks(e, nil)
-		if err == nil {
-			return id
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create a session: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var id string
+	testutil.Eventually(t, 30*time.Second, func() (err error) {
+		id, _, err = client.Session().CreateNoChecks(e, nil)
+		return err
+	})
+	return id
 }
 
 func TestSessionConfig(t *testing.T) {
@@ -109,7 +93,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := client.Session().Destroy(id, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 8*time.Second, "a new session", func() bool { nid, g := s.ID(); return nid != "" && nid != id && g == 2 })
+	testutil.Eventually(t, 8*time.Second, testutil.Cond(func() bool { nid, g := s.ID(); return nid != "" && nid != id && g == 2 }, "a new session"))
 	if pair, _, _ := client.KV().Get(testKeys.Report("node-a"), nil); pair != nil {
 		t.Errorf("the report outlived its destroyed session: %+v", pair)
 	}
@@ -207,9 +191,9 @@ func TestLeader(t *testing.T) {
 	if _, err := client.KV().Put(&api.KVPair{Key: testKeys.Report("huge"), Value: bytes.Repeat([]byte("x"), 65)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "one leader dividing", func() bool {
+	testutil.Eventually(t, 10*time.Second, testutil.Cond(func() bool {
 		return (cs[0].l.IsLeader() != cs[1].l.IsLeader()) && (cs[0].snaps.Load()+cs[1].snaps.Load()) >= 3
-	})
+	}, "one leader dividing"))
 	lead, follow := cs[0], cs[1]
 	if cs[1].l.IsLeader() {
 		lead, follow = cs[1], cs[0]
@@ -244,7 +228,7 @@ func TestLeader(t *testing.T) {
 	<-lead.done
 	lead.stop()
 	start := time.Now()
-	waitFor(t, 5*time.Second, "the follower takes over", func() bool { return follow.l.IsLeader() && follow.snaps.Load() > 0 })
+	testutil.Eventually(t, 5*time.Second, testutil.Cond(func() bool { return follow.l.IsLeader() && follow.snaps.Load() > 0 }, "the follower takes over"))
 	t.Logf("takeover after %v", time.Since(start))
 	// The deposed session can no longer pass the guard.
 	ok, _, _, err := client.Txn().Txn(api.TxnOps{
@@ -278,7 +262,7 @@ func TestLeaderSteal(t *testing.T) {
 	done := make(chan struct{})
 	go func() { l.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 5*time.Second, "the lock taken from the gone leader", l.IsLeader)
+	testutil.Eventually(t, 5*time.Second, testutil.Cond(l.IsLeader, "the lock taken from the gone leader"))
 	if asked.Load() != "gone-node" {
 		t.Errorf("Steal asked about %v", asked.Load())
 	}
@@ -339,7 +323,7 @@ func TestWatcher(t *testing.T) {
 		t.Logf("the oversized value was overtaken before the watch saw it: %+v", w.Stats())
 	}
 	a.Stop()
-	waitFor(t, 10*time.Second, "errors counted", func() bool { return w.Stats().Errors > 0 })
+	testutil.Eventually(t, 10*time.Second, testutil.Cond(func() bool { return w.Stats().Errors > 0 }, "errors counted"))
 	select {
 	case g := <-ch:
 		t.Errorf("delivery during the outage: %+v", g)
@@ -371,10 +355,10 @@ func TestDeadReplicaReportExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, 3*MinTTL, "the dead replica's report expires", func() bool {
+	testutil.Eventually(t, 3*MinTTL, testutil.Cond(func() bool {
 		pair, _, err := client.KV().Get(testKeys.Report("killed"), nil)
 		return err == nil && pair == nil
-	})
+	}, "the dead replica's report expires"))
 	gone := time.Since(start)
 	t.Logf("the report of a replica that stopped renewing went after %v (TTL %v)", gone.Round(100*time.Millisecond), MinTTL)
 	if gone < MinTTL-time.Second {
@@ -447,5 +431,5 @@ func TestPublisherSessionGone(t *testing.T) {
 	if !errors.Is(err, ErrSessionGone) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("a write with a destroyed session: %v, want ErrSessionGone", err)
 	}
-	waitFor(t, MinTTL/2-time.Second, "a new session before the next renewal", func() bool { nid, _ := s.ID(); return nid != "" && nid != id })
+	testutil.Eventually(t, MinTTL/2-time.Second, testutil.Cond(func() bool { nid, _ := s.ID(); return nid != "" && nid != id }, "a new session before the next renewal"))
 }

@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"go.uber.org/goleak"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,17 +51,17 @@ func TestAgentLifecycle(t *testing.T) {
 
 	want := []string{"ext-1/web-1", own + "/web-3"}
 	slices.Sort(want)
-	waitFor(t, func() bool { return slices.Equal(passing(t, a, "web"), want) }, "web passing = %v", want)
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return slices.Equal(passing(t, a, "web"), want) }, "web passing = %v", want))
 
 	a.SetCheck("ext-2", "web-2", true)
 	a.SetCheck(own, "web-3", false)
 	want = []string{"ext-1/web-1", "ext-2/web-2"}
-	waitFor(t, func() bool { return slices.Equal(passing(t, a, "web"), want) }, "after SetCheck, web passing = %v", want)
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return slices.Equal(passing(t, a, "web"), want) }, "after SetCheck, web passing = %v", want))
 
 	a.Deregister("ext-1", "web-1")
 	a.Deregister(own, "web-3")
 	want = []string{"ext-2/web-2"}
-	waitFor(t, func() bool { return slices.Equal(passing(t, a, "web"), want) }, "after Deregister, web passing = %v", want)
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return slices.Equal(passing(t, a, "web"), want) }, "after Deregister, web passing = %v", want))
 	if got := passing(t, a, "db"); !slices.Equal(got, []string{"ext-1/db-1"}) {
 		t.Fatalf("db passing = %v, want only ext-1/db-1", got)
 	}
@@ -78,7 +81,7 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatalf("restarted agent still lists %v; want an empty catalog", got)
 	}
 	a.RegisterInstance("ext-9", "web-9", "web", true)
-	waitFor(t, func() bool { return slices.Equal(passing(t, a, "web"), []string{"ext-9/web-9"}) }, "restarted agent lists ext-9/web-9")
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return slices.Equal(passing(t, a, "web"), []string{"ext-9/web-9"}) }, "restarted agent lists ext-9/web-9"))
 }
 
 func TestParallelAgentsDoNotCollide(t *testing.T) {
@@ -173,8 +176,8 @@ func TestAgentHelpersReachCatalogNotAgentForExternalNodes(t *testing.T) {
 		t.Fatalf("an external node's instance was registered with the local agent")
 	}
 	var nodes []*api.Node
-	waitFor(t, func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		nodes, _, err = a.Client().Catalog().Nodes(nil)
 		return err == nil && slices.ContainsFunc(nodes, func(n *api.Node) bool { return n.Node == "elsewhere" })
-	}, "catalog lists node elsewhere")
+	}, "catalog lists node elsewhere"))
 }
