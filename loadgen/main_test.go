@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -100,18 +101,16 @@ func startNoopMain(t *testing.T, addr string) string {
 			t.Errorf("serve-noop exit %d: %s", c, stderr.String())
 		}
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		var out struct {
-			Addr string `json:"serve_noop"`
-		}
-		if err := json.Unmarshal([]byte(stdout.String()), &out); err == nil && out.Addr != "" {
-			return out.Addr
-		}
-		time.Sleep(10 * time.Millisecond)
+	var out struct {
+		Addr string `json:"serve_noop"`
 	}
-	t.Fatalf("serve-noop printed no address; stdout %q, stderr %q", stdout.String(), stderr.String())
-	return ""
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil || out.Addr == "" {
+			return fmt.Errorf("serve-noop printed no address; stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+		return nil
+	})
+	return out.Addr
 }
 
 func TestMainEndToEnd(t *testing.T) {

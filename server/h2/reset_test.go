@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/server"
 )
 
@@ -89,11 +90,10 @@ func rapidReset(t *testing.T, direct bool, before int) {
 // had, and those would be counted against the next.
 func settle(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for runtime.NumGoroutine() > before+20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines a minute after the last server stopped, %d before it started", runtime.NumGoroutine(), before)
+	testutil.Eventually(t, time.Minute, func() error {
+		if n := runtime.NumGoroutine(); n > before+20 {
+			return fmt.Errorf("%d goroutines after the last server stopped, %d before it started", n, before)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
