@@ -16,6 +16,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/internal/xdstest"
 	"github.com/sharelimit/sharelimit/state"
 )
@@ -45,7 +46,7 @@ func TestXDSForceStartRestoresBeforeServing(t *testing.T) {
 	ctxA, stopA := context.WithCancel(context.Background())
 	doneA := make(chan error, 1)
 	go func() { doneA <- a.Run(ctxA, nil) }()
-	within(t, "A has the rule", func() bool { return a.xds.Status().Version == "v1" })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return a.xds.Status().Version == "v1" }, "A has the rule"))
 	for i := 0; i < 3; i++ {
 		a.svcCall(t, a.grpcLis.Addr().String())
 	}
@@ -107,10 +108,10 @@ func TestXDSForceStartRestoresBeforeServing(t *testing.T) {
 			}
 		}()
 	}
-	within(t, "calls before the rule", func() bool { return calls.Load() >= 100 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return calls.Load() >= 100 }, "calls before the rule"))
 	srvB.Set("v1", xdsConfig("d", 2))
-	within(t, "restored", func() bool { return r.d.engine.Store().Live() >= 300000 })
-	within(t, "calls under the rule", func() bool { return overWithRule.Load() >= 100 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return r.d.engine.Store().Live() >= 300000 }, "restored"))
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return overWithRule.Load() >= 100 }, "calls under the rule"))
 	close(stop)
 	wg.Wait()
 	if n := okWithRule.Load(); n != 0 {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +16,6 @@ import (
 func xdsConfig(domain string, rpu uint32) *rlsconfv3.RateLimitConfig {
 	return &rlsconfv3.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 		Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: rpu}}}}
-}
-
-func within(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	testutil.Eventually(t, 30*time.Second, func() error {
-		if !f() {
-			return errors.New(what)
-		}
-		return nil
-	})
 }
 
 // TestXDSRules: with --config-type GRPC_XDS_SOTW the daemon waits for the
@@ -53,10 +42,10 @@ func TestXDSRules(t *testing.T) {
 	if err := srv.Set("v1", xdsConfig("d", 2)); err != nil {
 		t.Fatal(err)
 	}
-	within(t, "serving after the first update", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		code, _ := r.get(t, r.d.httpLis.Addr().String(), "/healthcheck")
 		return code == 200
-	})
+	}, "serving after the first update"))
 	if g, _ := r.serving(t); !g {
 		t.Fatal("gRPC health not SERVING after the first update")
 	}
@@ -70,7 +59,7 @@ func TestXDSRules(t *testing.T) {
 	if err := srv.Set("v2", bad); err != nil {
 		t.Fatal(err)
 	}
-	within(t, "the NACK", func() bool { return len(srv.Nacks()) > 0 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return len(srv.Nacks()) > 0 }, "the NACK"))
 	if got := codesOf(t, r, 1); got != "X" {
 		t.Fatalf("after the NACK: %s, want X (v1's bucket is spent)", got)
 	}
@@ -87,7 +76,7 @@ func TestXDSRules(t *testing.T) {
 
 	// The server goes away: the rules stand.
 	srv.Stop()
-	within(t, "disconnected", func() bool { return !r.d.xds.Status().Connected })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return !r.d.xds.Status().Connected }, "disconnected"))
 	if got := codesOf(t, r, 1); got != "X" {
 		t.Fatalf("server down: %s, want X (v1 stands)", got)
 	}
@@ -99,7 +88,7 @@ func TestXDSRules(t *testing.T) {
 	if err := srv.Set("v3", xdsConfig("d", 2), xdsConfig("e", 1)); err != nil {
 		t.Fatal(err)
 	}
-	within(t, "v3 installed", func() bool { return r.d.xds.Status().Version == "v3" })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return r.d.xds.Status().Version == "v3" }, "v3 installed"))
 	// d's rule is unchanged, so its spent bucket is kept; e is new.
 	if got := codesOf(t, r, 1); got != "X" {
 		t.Fatalf("v3, d: %s, want X (the unchanged rule keeps its bucket)", got)
@@ -159,12 +148,12 @@ func TestXDSMergeDomains(t *testing.T) {
 			t.Fatal(err)
 		}
 		if merge {
-			within(t, "the merged update", func() bool { return r.d.xds.Status().Version == "v1" })
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return r.d.xds.Status().Version == "v1" }, "the merged update"))
 			if lim := r.call(t, "d", "j=1").Statuses[0].CurrentLimit.GetRequestsPerUnit(); lim != 1 {
 				t.Fatalf("merged: j's limit %d, want 1", lim)
 			}
 		} else {
-			within(t, "the NACK", func() bool { return len(srv.Nacks()) > 0 })
+			testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return len(srv.Nacks()) > 0 }, "the NACK"))
 			if n := srv.Nacks()[0]; !strings.Contains(n.Error, "duplicate domain 'd'") {
 				t.Fatalf("NACK %q, want a duplicate domain", n.Error)
 			}

@@ -117,15 +117,17 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 
-	waitUntil(t, "the first view", func() bool {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
 		if err != nil {
-			return false
+			return fmt.Errorf("waiting for the first view: %w; logs:\n%s", err, logs.String())
 		}
 		resp.Body.Close()
-		c, _ := getRLConfig(t, httpAddr)
-		return c.Membership.Weight == 0.25
-	}, &logs)
+		if c, _ := getRLConfig(t, httpAddr); c.Membership.Weight != 0.25 {
+			return fmt.Errorf("waiting for the first view: weight %v; logs:\n%s", c.Membership.Weight, logs.String())
+		}
+		return nil
+	})
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -178,10 +180,12 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 		before := c.Membership.Errors
 		fake.mode.Store(mode)
 		measure(1500 * time.Millisecond)
-		waitUntil(t, mode+" counted as an error", func() bool {
-			c, _ = getRLConfig(t, httpAddr)
-			return c.Membership.Errors > before && c.Membership.LastError != ""
-		}, &logs)
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if c, _ = getRLConfig(t, httpAddr); c.Membership.Errors <= before || c.Membership.LastError == "" {
+				return fmt.Errorf("waiting for %s to be counted as an error; logs:\n%s", mode, logs.String())
+			}
+			return nil
+		})
 		if c.Membership.Weight != 0.25 {
 			t.Fatalf("%s: weight %v, want the last view 0.25", mode, c.Membership.Weight)
 		}
@@ -207,14 +211,4 @@ func TestConsulFaultsNeverReachTheRequestPath(t *testing.T) {
 	if !strings.Contains(logs.String(), "403") {
 		t.Errorf("the 403 was not logged:\n%s", logs.String())
 	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool, logs *testutil.Buffer) {
-	t.Helper()
-	testutil.Eventually(t, 30*time.Second, func() error {
-		if !cond() {
-			return fmt.Errorf("waiting for %s; logs:\n%s", what, logs.String())
-		}
-		return nil
-	})
 }
