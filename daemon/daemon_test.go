@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -80,18 +79,5 @@ func TestInvalidConfigIsErrConfig(t *testing.T) {
 	_, err := New(cfg, quietLog(), "test")
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
-	}
-}
-
-// waitUntil polls cond every 50 ms for up to timeout, failing the test
-// with what when it never holds.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/state"
 )
@@ -81,7 +82,7 @@ func TestDNSRestartKeepsSavedView(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop1 := runUntil(d1)
-	waitUntil(t, 30*time.Second, "the first daemon counting 4", func() bool { return weight(d1) == 0.25 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return weight(d1) == 0.25 }, "the first daemon counting 4"))
 	t.Logf("before the restart: weight %v, a fresh key admits %d at once", weight(d1), burst(d1, "before"))
 	stop1() // writes the state file, the view of 4 included
 
@@ -101,7 +102,7 @@ func TestDNSRestartKeepsSavedView(t *testing.T) {
 	}
 	stop2 := runUntil(d2)
 	defer stop2()
-	waitUntil(t, 30*time.Second, "a failed resolution", func() bool { return d2.views[0].cur.Load().Errors > 0 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d2.views[0].cur.Load().Errors > 0 }, "a failed resolution"))
 	v := d2.views[0].cur.Load()
 	t.Logf("after the restart, DNS down: view total=%d weight=%v fault=%q errors=%d; a fresh key admits %d at once", v.Total, weight(d2), v.Fault, v.Errors, burst(d2, "after"))
 	if w := weight(d2); w != 0.25 || v.Total != 4 || v.Fault != membership.FaultError {
@@ -113,7 +114,7 @@ func TestDNSRestartKeepsSavedView(t *testing.T) {
 	a.Restart()
 	a.RegisterAt("node-1", "web-1", "web", "192.0.2.1", true)
 	a.RegisterAt("node-3", "web-3", "web", "192.0.2.3", true)
-	waitUntil(t, 30*time.Second, "a suspect first answer", func() bool { return d2.views[0].cur.Load().Fault == membership.FaultSuspect })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d2.views[0].cur.Load().Fault == membership.FaultSuspect }, "a suspect first answer"))
 	if w, v := weight(d2), d2.views[0].cur.Load(); w != 0.25 || v.Total != 4 {
 		t.Errorf("a first answer of 2 after a restart that saved 4: weight %v, view %+v; want the saved 0.25 standing", w, v)
 	}

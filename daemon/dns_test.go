@@ -56,12 +56,12 @@ func TestDNSMembership(t *testing.T) {
 	weight := func() float64 { return d.engine.GroupWeight(d.views[0].group).W }
 	near := func(w float64) func() bool { return func() bool { return math.Abs(weight()-w) < 1e-12 } }
 
-	waitUntil(t, 30*time.Second, "the first answer, 2 replicas, in force", near(0.5))
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(near(0.5), "the first answer, 2 replicas, in force"))
 	a.RegisterAt("node-3", "web-3", "web", "192.0.2.3", true)
 	a.RegisterAt("node-4", "web-4", "web", "192.0.2.4", true)
-	waitUntil(t, 30*time.Second, "the scale-up to 4, in force at once, within the hold", near(0.25))
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(near(0.25), "the scale-up to 4, in force at once, within the hold"))
 	a.Deregister("node-4", "web-4")
-	waitUntil(t, 30*time.Second, "the source to count 3", func() bool { return d.views[0].dns.View().Total == 3 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d.views[0].dns.View().Total == 3 }, "the source to count 3"))
 	if w := weight(); w != 0.25 {
 		t.Fatalf("weight %v after a deregistration, within the ten minutes of its hold; want 0.25", w)
 	}
@@ -92,9 +92,9 @@ func TestDNSMembership(t *testing.T) {
 	}
 
 	a.Stop()
-	waitUntil(t, 30*time.Second, "the fault of Consul stopped", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		return strings.Contains(testutil.GetText(t, base+"/metrics"), `sharelimit_membership_fault{cause="error",service=""} 1`+"\n")
-	})
+	}, "the fault of Consul stopped"))
 	if w := weight(); w != 0.25 {
 		t.Fatalf("weight %v with Consul stopped; want the last, 0.25", w)
 	}
@@ -109,12 +109,12 @@ func TestDNSJoinRampEndsAlone(t *testing.T) {
 	if d.engine.Store().Ramp(d.clock()) == nil {
 		t.Fatal("no join ramp on the --replicas guess of 3")
 	}
-	waitUntil(t, 30*time.Second, "an answer (NXDOMAIN) from Consul", func() bool { return d.views[0].cur.Load().Errors > 0 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d.views[0].cur.Load().Errors > 0 }, "an answer (NXDOMAIN) from Consul"))
 	if d.engine.Store().Ramp(d.clock()) == nil {
 		t.Fatal("the join ramp ended before the name had any address")
 	}
 	a.RegisterAt("node-1", "web-1", "web", "192.0.2.1", true)
-	waitUntil(t, 30*time.Second, "the first answer: 1 replica", func() bool { return d.views[0].cur.Load().Total == 1 })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return d.views[0].cur.Load().Total == 1 }, "the first answer: 1 replica"))
 	if r := d.engine.Store().Ramp(d.clock()); r != nil {
 		t.Fatalf("join ramp %+v still set with the replica alone", r)
 	}

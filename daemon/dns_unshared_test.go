@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sharelimit/sharelimit/internal/consultest"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/membership"
 )
 
@@ -51,7 +52,7 @@ func TestDNSOneVIPIsUnshared(t *testing.T) {
 	go func() { done <- d.Run(ctx, nil) }()
 	defer func() { cancel(); <-done }()
 
-	waitUntil(t, 30*time.Second, "the first answer", func() bool { return !d.views[0].cur.Load().ObservedAt.IsZero() })
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { return !d.views[0].cur.Load().ObservedAt.IsZero() }, "the first answer"))
 	v := d.views[0].cur.Load()
 	w := d.engine.GroupWeight(d.views[0].group).W
 	t.Logf("upstream mode, --peers-dns answering one VIP: total=%d weight=%v fault=%q; WARN lines:\n%s", v.Total, w, v.Fault, logs.String())

@@ -151,19 +151,6 @@ func (n *consulNode) shareUnder(t *testing.T, p *demand.Params) float64 {
 	return d.target(b, now)
 }
 
-// waitUntil polls cond every 50 ms for up to timeout, failing the test
-// with what when it never holds.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // divisionWatch reads every parameter set the leader publishes and checks
 // that the shares of the daemons under it sum to at most L.
 type divisionWatch struct {
@@ -267,7 +254,7 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	w := &divisionWatch{t: t, kv: kv, keys: keys, nodes: current}
 	busy := func(what string) {
 		t.Helper()
-		waitUntil(t, 60*time.Second, what, func() bool { w.poll(); return current()[0].weight(t) > 0.6 })
+		testutil.Eventually(t, 60*time.Second, testutil.Cond(func() bool { w.poll(); return current()[0].weight(t) > 0.6 }, "%s", what))
 	}
 	busy("node-1 takes the busy share")
 	w.check("no fault")
@@ -322,24 +309,24 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	}
 	// Consul refuses the lock for the lock-delay (1 ms) after the shut
 	// down process's session was destroyed: a stop that fast meets it.
-	waitUntil(t, 5*time.Second, "the stale report is written under the dead session", func() bool {
+	testutil.Eventually(t, 5*time.Second, testutil.Cond(func() bool {
 		ok, _, err := kv.Acquire(&api.KVPair{Key: keys.Report("node-1"), Value: stale, Session: dead}, nil)
 		if err != nil {
 			t.Fatalf("the stale report: %v", err)
 		}
 		return ok
-	})
+	}, "the stale report is written under the dead session"))
 	w.during(time.Second, nil) // the leader divides with the stale report
 	restarted := startNode(t, a.Client(), "node-1", true)
 	mu.Lock()
 	daemons[0] = restarted
 	mu.Unlock()
 	start := time.Now()
-	waitUntil(t, 30*time.Second, "the restarted node-1 writes its own report, well before the stale session's TTL", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		w.poll()
 		p, _, err := kv.Get(keys.Report("node-1"), nil)
 		return err == nil && p != nil && p.Session != dead && p.Session != ""
-	})
+	}, "the restarted node-1 writes its own report, well before the stale session's TTL"))
 	t.Logf("the restarted node-1's report replaced the stale one after %v", time.Since(start).Round(10*time.Millisecond))
 	w.during(2*time.Second, nil)
 	w.check("node-1 restarted while its previous session held its report")
@@ -354,7 +341,7 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 	// it on the status, and says when it writes again.
 	node2 := current()[1]
 	var foreign string
-	waitUntil(t, 30*time.Second, "a foreign session holds node-2's key", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		if foreign == "" {
 			foreign, _, err = a.Client().Session().CreateNoChecks(&api.SessionEntry{Name: "not sharelimit", TTL: "60s",
 				Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond}, nil)
@@ -367,15 +354,15 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 		}
 		ok, _, err := kv.Acquire(&api.KVPair{Key: keys.Report("node-2"), Value: []byte("theirs"), Session: foreign}, nil)
 		return err == nil && ok
-	})
+	}, "a foreign session holds node-2's key"))
 	// Its session destroyed, its next write makes a new one, and the writes
 	// after are refused as held: as many as it gets to make, however busy
 	// the machine, so wait for two rather than for a time.
-	waitUntil(t, 30*time.Second, "node-2's writes refused as held, twice", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		w.poll()
 		st := node2.c.Status()
 		return node2.counted(writeErrorsOf, writeHeld) >= 2 && st != nil && strings.HasPrefix(st.WriteError, "held: ")
-	})
+	}, "node-2's writes refused as held, twice"))
 	w.check("node-2's key held by another session")
 	st := node2.c.Status()
 	if held := node2.counted(writeErrorsOf, writeHeld); held < 2 || st == nil || !strings.HasPrefix(st.WriteError, "held: ") {
@@ -392,11 +379,11 @@ func TestDemandFaultsOnConsul(t *testing.T) {
 			t.Logf("node-2's log:\n%s", node2.logs.String())
 		}
 	})
-	waitUntil(t, 30*time.Second, "node-2 writes again, and says so", func() bool {
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool {
 		w.poll()
 		st := node2.c.Status()
 		return st != nil && st.WriteError == "" && node2.logged("level=INFO", "demand report written again") >= 1
-	})
+	}, "node-2 writes again, and says so"))
 	w.during(time.Second, nil)
 	w.check("node-2 writing again")
 }
