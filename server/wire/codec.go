@@ -55,17 +55,26 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if n < poolFrom {
 		// A small answer costs less to allocate than to take from the
 		// pool and give back.
-		out := AppendResponse(make([]byte, 0, n), resp)
+		out, ok := appendSized(make([]byte, 0, n), resp, n)
+		if !ok {
+			return nil, errResized(n)
+		}
 		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
 	}
 	buf := c.pool.Get(n)
-	out := AppendResponse((*buf)[:0], resp)
-	if len(out) != n {
+	out, ok := appendSized((*buf)[:0], resp, n)
+	if !ok {
 		c.pool.Put(buf)
-		return nil, fmt.Errorf("wire: answer encoded to %d bytes, sized %d", len(out), n)
+		return nil, errResized(n)
 	}
 	*buf = out
 	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
+}
+
+// errResized is the error for an answer that changed between its sizing and
+// its writing.
+func errResized(n int) error {
+	return fmt.Errorf("wire: answer encoded to fewer bytes than the %d it was sized", n)
 }
 
 // Unmarshal decodes a request, or hands any other message to the fallback.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,7 +12,7 @@ import (
 )
 
 // Field numbers of the answer, in the order the protobuf runtime writes them:
-// by number.
+// by number. Each is below 16, so each tag is one byte.
 const (
 	respOverallCode     = 1
 	respStatuses        = 2
@@ -86,22 +87,39 @@ func ResponseSize(resp *rlsv3.RateLimitResponse) int {
 	return n
 }
 
-// AppendResponse appends resp's encoding to b. resp must be Writable; the
-// bytes are those proto.Marshal writes.
+// AppendResponse appends resp's encoding to b. resp must be Writable, and
+// must not change while it is written; the bytes are those proto.Marshal
+// writes.
 func AppendResponse(b []byte, resp *rlsv3.RateLimitResponse) []byte {
-	b = appendEnum(b, respOverallCode, int32(resp.OverallCode))
-	for _, st := range resp.Statuses {
-		b = protowire.AppendTag(b, respStatuses, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(statusSize(st)))
-		b = appendStatus(b, st)
-	}
-	for _, h := range resp.ResponseHeadersToAdd {
-		b = appendHeader(b, respResponseHeaders, h)
-	}
-	for _, h := range resp.RequestHeadersToAdd {
-		b = appendHeader(b, respRequestHeaders, h)
-	}
+	b, _ = appendSized(b, resp, ResponseSize(resp))
 	return b
+}
+
+// appendSized is AppendResponse given n, resp's ResponseSize. The message is
+// written back to front into exactly n bytes: each nested message is written
+// before its length, which is then known, so nothing is sized twice. ok is
+// false, and b returned as it was, when the message took fewer bytes than n,
+// which only a resp changed since it was sized does.
+func appendSized(b []byte, resp *rlsv3.RateLimitResponse, n int) (_ []byte, ok bool) {
+	start := len(b)
+	b = slices.Grow(b, n)[:start+n]
+	out := b[start:]
+	i := len(out)
+	for j := len(resp.RequestHeadersToAdd) - 1; j >= 0; j-- {
+		i = putHeader(out, i, respRequestHeaders, resp.RequestHeadersToAdd[j])
+	}
+	for j := len(resp.ResponseHeadersToAdd) - 1; j >= 0; j-- {
+		i = putHeader(out, i, respResponseHeaders, resp.ResponseHeadersToAdd[j])
+	}
+	for j := len(resp.Statuses) - 1; j >= 0; j-- {
+		end := i
+		i = putStatus(out, i, resp.Statuses[j])
+		i = putLength(out, i, respStatuses, end-i)
+	}
+	if i = putEnum(out, i, respOverallCode, int32(resp.OverallCode)); i != 0 {
+		return b[:start], false
+	}
+	return b, true
 }
 
 func statusSize(st *rlsv3.RateLimitResponse_DescriptorStatus) int {
@@ -116,28 +134,29 @@ func statusSize(st *rlsv3.RateLimitResponse_DescriptorStatus) int {
 	return n
 }
 
-func appendStatus(b []byte, st *rlsv3.RateLimitResponse_DescriptorStatus) []byte {
-	b = appendEnum(b, statusCode, int32(st.Code))
-	if l := st.CurrentLimit; l != nil {
-		b = protowire.AppendTag(b, statusCurrentLimit, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(limitSize(l)))
-		b = appendUint(b, limitRequestsPerUnit, uint64(l.RequestsPerUnit))
-		b = appendEnum(b, limitUnit, int32(l.Unit))
-		b = appendString(b, limitName, l.Name)
-		if m := l.UnitMultiplier; m != nil {
-			b = protowire.AppendTag(b, limitUnitMultiplier, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(sizeUint(wrapperValue, uint64(m.Value))))
-			b = appendUint(b, wrapperValue, uint64(m.Value))
-		}
-	}
-	b = appendUint(b, statusLimitRemaining, uint64(st.LimitRemaining))
+// putStatus writes st's fields ending at b[i], last field first, and returns
+// where they begin.
+func putStatus(b []byte, i int, st *rlsv3.RateLimitResponse_DescriptorStatus) int {
 	if d := st.DurationUntilReset; d != nil {
-		b = protowire.AppendTag(b, statusDurationReset, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(durationSize(d)))
-		b = appendUint(b, durationSeconds, uint64(d.Seconds))
-		b = appendEnum(b, durationNanos, d.Nanos)
+		end := i
+		i = putEnum(b, i, durationNanos, d.Nanos)
+		i = putUint(b, i, durationSeconds, uint64(d.Seconds))
+		i = putLength(b, i, statusDurationReset, end-i)
 	}
-	return b
+	i = putUint(b, i, statusLimitRemaining, uint64(st.LimitRemaining))
+	if l := st.CurrentLimit; l != nil {
+		end := i
+		if m := l.UnitMultiplier; m != nil {
+			mend := i
+			i = putUint(b, i, wrapperValue, uint64(m.Value))
+			i = putLength(b, i, limitUnitMultiplier, mend-i)
+		}
+		i = putString(b, i, limitName, l.Name)
+		i = putEnum(b, i, limitUnit, int32(l.Unit))
+		i = putUint(b, i, limitRequestsPerUnit, uint64(l.RequestsPerUnit))
+		i = putLength(b, i, statusCurrentLimit, end-i)
+	}
+	return putEnum(b, i, statusCode, int32(st.Code))
 }
 
 func limitSize(l *rlsv3.RateLimitResponse_RateLimit) int {
@@ -158,39 +177,42 @@ func headerSize(h *corev3.HeaderValue) int {
 	return sizeString(headerKey, h.Key) + sizeString(headerValue, h.Value) + sizeBytes(headerRawValue, h.RawValue)
 }
 
-func appendHeader(b []byte, num protowire.Number, h *corev3.HeaderValue) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(headerSize(h)))
-	b = appendString(b, headerKey, h.Key)
-	b = appendString(b, headerValue, h.Value)
+// putHeader writes h as field num ending at b[i], and returns where it begins.
+func putHeader(b []byte, i int, num protowire.Number, h *corev3.HeaderValue) int {
+	end := i
 	if len(h.RawValue) > 0 {
-		b = protowire.AppendTag(b, headerRawValue, protowire.BytesType)
-		b = protowire.AppendBytes(b, h.RawValue)
+		i -= len(h.RawValue)
+		copy(b[i:], h.RawValue)
+		i = putLength(b, i, headerRawValue, len(h.RawValue))
 	}
-	return b
+	i = putString(b, i, headerValue, h.Value)
+	i = putString(b, i, headerKey, h.Key)
+	return putLength(b, i, num, end-i)
 }
 
-// The helpers below write proto3 scalars: a zero value is not written.
+// The helpers below size and write proto3 scalars: a zero value is not
+// written. The put helpers write back to front: each writes its field so that
+// it ends at b[i], and returns where it begins.
 
 func sizeUint(num protowire.Number, v uint64) int {
 	if v == 0 {
 		return 0
 	}
-	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+	return 1 + protowire.SizeVarint(v) // the tag's one byte, and v
 }
 
-func appendUint(b []byte, num protowire.Number, v uint64) []byte {
+func putUint(b []byte, i int, num protowire.Number, v uint64) int {
 	if v == 0 {
-		return b
+		return i
 	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+	return putTag(b, putVarint(b, i, v), num, protowire.VarintType)
 }
 
 // An enum or int32 is written as its 64-bit sign extension.
 func sizeEnum(num protowire.Number, v int32) int { return sizeUint(num, uint64(int64(v))) }
 
-func appendEnum(b []byte, num protowire.Number, v int32) []byte {
-	return appendUint(b, num, uint64(int64(v)))
+func putEnum(b []byte, i int, num protowire.Number, v int32) int {
+	return putUint(b, i, num, uint64(int64(v)))
 }
 
 func sizeString(num protowire.Number, s string) int {
@@ -200,11 +222,13 @@ func sizeString(num protowire.Number, s string) int {
 	return sizeMessage(num, len(s))
 }
 
-func appendString(b []byte, num protowire.Number, s string) []byte {
+func putString(b []byte, i int, num protowire.Number, s string) int {
 	if s == "" {
-		return b
+		return i
 	}
-	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+	i -= len(s)
+	copy(b[i:], s)
+	return putLength(b, i, num, len(s))
 }
 
 func sizeBytes(num protowire.Number, v []byte) int {
@@ -214,7 +238,39 @@ func sizeBytes(num protowire.Number, v []byte) int {
 	return sizeMessage(num, len(v))
 }
 
+// putLength writes the tag and length of a length-delimited field of n
+// bytes, which end at b[i+n].
+func putLength(b []byte, i int, num protowire.Number, n int) int {
+	return putTag(b, putVarint(b, i, uint64(n)), num, protowire.BytesType)
+}
+
+// putTag writes a field's tag ending at b[i]: one byte, as every field number
+// here is below 16.
+func putTag(b []byte, i int, num protowire.Number, typ protowire.Type) int {
+	i--
+	b[i] = byte(num)<<3 | byte(typ)
+	return i
+}
+
+// putVarint writes v as a varint ending at b[i].
+func putVarint(b []byte, i int, v uint64) int {
+	if v < 0x80 {
+		i--
+		b[i] = byte(v)
+		return i
+	}
+	i -= protowire.SizeVarint(v)
+	j := i
+	for v >= 0x80 {
+		b[j] = byte(v) | 0x80
+		v >>= 7
+		j++
+	}
+	b[j] = byte(v)
+	return i
+}
+
 // sizeMessage is the size of a length-delimited field of n bytes.
 func sizeMessage(num protowire.Number, n int) int {
-	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(n)) + n
+	return 1 + protowire.SizeVarint(uint64(n)) + n
 }

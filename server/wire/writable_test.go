@@ -83,3 +83,16 @@ func TestCodecMarshalBothPaths(t *testing.T) {
 		data.Free()
 	}
 }
+
+// TestAppendSizedWrongly: an answer that takes fewer bytes than it was sized
+// for, as one changed after its sizing would, is not written.
+func TestAppendSizedWrongly(t *testing.T) {
+	resp := benchResponse(2)
+	n := ResponseSize(resp)
+	if b, ok := appendSized([]byte("prefix"), resp, n+1); ok || string(b) != "prefix" {
+		t.Fatalf("sized one byte over: ok %t, %q", ok, b)
+	}
+	if b, ok := appendSized([]byte("prefix"), resp, n); !ok || len(b) != len("prefix")+n {
+		t.Fatalf("sized right: ok %t, %d bytes", ok, len(b))
+	}
+}
