@@ -17,9 +17,9 @@
 // to anything but what proto.Unmarshal makes of it: a message it cannot write
 // exactly is handed to the runtime.
 //
-// The vtprotobuf marshaller go-control-plane generates for these messages
-// writes an answer in under half this package's time, but it is compiled only
-// with the vtprotobuf build tag; without it the alternative is the protobuf
-// runtime, which takes more than twice this package's time and allocates
-// (docs/BENCHMARKS.md, "The answer encoder against vtprotobuf").
+// An answer is written as vtprotobuf writes one, back to front into bytes
+// sized by one pass, and about as fast (docs/BENCHMARKS.md, "The answer
+// encoder against vtprotobuf"); the vtprotobuf code go-control-plane ships
+// for these messages is compiled only with the vtprotobuf build tag, so it is
+// not used.
 package wire
