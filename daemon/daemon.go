@@ -22,6 +22,7 @@ import (
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/gcpace"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/server"
@@ -39,7 +40,7 @@ type Daemon struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	clock   monotime.Clock
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	watcher *source.Watcher // nil with rules from xDS
 	xds     *xds.Source     // nil with rules from files
 	views   views           // the default membership view first, then one per --domain-service service
@@ -87,23 +88,25 @@ func New(cfg *config.Config, log *slog.Logger, version string) (*Daemon, error) 
 		}
 	}
 	store := bucket.NewStore(cfg.MaxBuckets)
-	d.engine = descriptors.NewEngine(nil, 1/float64(cfg.Replicas), store)
-	d.engine.SetQuotaMode(cfg.QuotaMode)
 	metrics := server.NewMetrics(store)
 	if cfg.MetricsAddr != "" {
 		metrics.CountUpstream(cfg.NearLimitRatio) // before any rule is bound
 	}
 	if cfg.StateFile != "" {
-		// Before membership and the rules: the saved seed keys the
-		// buckets, and the saved views stand until Consul answers.
+		// Before the engine, membership and the rules: the saved seed
+		// keys the buckets, and the saved views stand until Consul
+		// answers.
 		d.state = newKeeper(d, metrics.Registry)
-		d.snap = d.state.load(time.Now())
+		d.snap = d.state.load(time.Now(), store.Max())
+	}
+	var err error
+	if d.engine, err = engine.New(nil, store, engineOptions(cfg, d.snap)); err != nil {
+		return nil, fmt.Errorf("--domain-service: %w", err)
 	}
 	if err := d.membership(metrics.Registry); err != nil {
 		return nil, err
 	}
 	var rules *installer
-	var err error
 	if cfg.ConfigType == config.ConfigXDS {
 		rules = newInstaller(d.engine, metrics, "xds:"+cfg.XDSServerURL, log, d.clock)
 		// The saved buckets go in with the first rules, before they are
@@ -368,7 +371,7 @@ func (d *Daemon) httpServers() []*http.Server {
 }
 
 // sweep drops refilled buckets every interval until ctx ends.
-func sweep(ctx context.Context, e *descriptors.Engine, every time.Duration, clock monotime.Clock) error {
+func sweep(ctx context.Context, e *engine.Engine, every time.Duration, clock monotime.Clock) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -10,7 +10,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/config"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/consultest"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/membership"
@@ -62,14 +62,14 @@ func TestDNSRestartKeepsSavedView(t *testing.T) {
 	}
 	// What a fresh key admits at once: the local bucket, B·w.
 	burst := func(d *Daemon, value string) int {
-		var dec descriptors.Decision
+		var dec engine.Decision
 		desc := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: value}}}}
 		n := 0
 		for ; n < 1000; n++ {
 			if err := d.engine.Decide(&dec, "d", desc, 1, d.clock()); err != nil {
 				t.Fatal(err)
 			}
-			if dec.Code != descriptors.OK {
+			if dec.Code != engine.OK {
 				break
 			}
 		}

@@ -9,9 +9,10 @@ import (
 
 	"github.com/sharelimit/sharelimit/config"
 	"github.com/sharelimit/sharelimit/demand/controller"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/membership"
+	"github.com/sharelimit/sharelimit/state"
 )
 
 // Membership's wiring: the views, their sources and dampers, and the demand
@@ -35,9 +36,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		d.log.Warn("membership: --replicas is 1, so until --peers-dns first resolves this replica enforces every limit whole; set --replicas to the replica count you expect",
 			"name", cfg.PeersDNS)
 	}
-	if err := d.addViews(); err != nil {
-		return err
-	}
+	d.addViews()
 	var series controller.Series
 	for _, v := range d.views {
 		if err := d.watch(v, client, token); err != nil {
@@ -56,11 +55,38 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		}
 	}
 	reg.MustRegister(series)
-	d.engine.SetDemandTopKeys(cfg.DemandTopKeys)
-	if cfg.ShareMode == config.ShareDemand {
-		d.engine.SetShareMode(true)
-	}
 	return nil
+}
+
+// engineOptions are the engine's options under cfg, with the key seed of
+// snap when it is not nil. A service --domain-service names, other than
+// --consul-service, divides its domains' limits in a weight group of its
+// own, in the order of cfg.Services, which addViews follows.
+func engineOptions(cfg *config.Config, snap *state.Snapshot) engine.Options {
+	opts := engine.Options{Weight: 1 / float64(cfg.Replicas), QuotaMode: cfg.QuotaMode,
+		DemandAll: cfg.ShareMode == config.ShareDemand, TopKeys: cfg.DemandTopKeys}
+	if cfg.DemandTopKeys == 0 {
+		opts.TopKeys = -1 // per-value rules keep their equal shares
+	}
+	if snap != nil {
+		opts.Seed = snap.Seed
+	}
+	byService := domainsByService(cfg)
+	for _, service := range cfg.Services() {
+		if service != cfg.ConsulService {
+			opts.Groups = append(opts.Groups, engine.Group{Domains: byService[service], Weight: 1 / float64(cfg.Replicas)})
+		}
+	}
+	return opts
+}
+
+// domainsByService are the domains --domain-service gives each service.
+func domainsByService(cfg *config.Config) map[string][]string {
+	byService := map[string][]string{}
+	for _, m := range cfg.DomainServices {
+		byService[m.Service] = append(byService[m.Service], m.Domain)
+	}
+	return byService
 }
 
 // consulClient is the Consul client and its token when a view is watched
@@ -88,26 +114,19 @@ func (d *Daemon) consulClient() (*api.Client, string, error) {
 // addViews makes the default view and one per --domain-service service.
 // The default view takes --consul-service's mapped domains too, if any are
 // mapped to it: they are divided by the same count.
-func (d *Daemon) addViews() error {
+func (d *Daemon) addViews() {
 	cfg := d.cfg
-	byService := map[string][]string{}
-	for _, m := range cfg.DomainServices {
-		byService[m.Service] = append(byService[m.Service], m.Domain)
-	}
-	def := &view{service: cfg.ConsulService, group: descriptors.DefaultGroup, engine: d.engine, clock: d.clock}
+	byService := domainsByService(cfg)
+	def := &view{service: cfg.ConsulService, group: engine.DefaultGroup, engine: d.engine, clock: d.clock}
 	d.views = views{def}
 	for _, service := range cfg.Services() {
 		if service == cfg.ConsulService {
 			continue
 		}
-		v := &view{service: service, domains: byService[service], engine: d.engine, clock: d.clock}
-		var err error
-		if v.group, err = d.engine.AddGroup(v.domains, 1/float64(cfg.Replicas)); err != nil {
-			return fmt.Errorf("--domain-service %s: %w", service, err)
-		}
-		d.views = append(d.views, v)
+		// The engine numbers the groups of engineOptions in this order.
+		d.views = append(d.views, &view{service: service, domains: byService[service], engine: d.engine, clock: d.clock,
+			group: engine.DefaultGroup + len(d.views)})
 	}
-	return nil
 }
 
 // watch gives view v its source (Consul, DNS, or none for a static count)

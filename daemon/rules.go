@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/server"
 )
 
@@ -17,12 +19,12 @@ import (
 // without its series, and keeps the status the admin pages show. It owns the
 // config series. Safe for concurrent use.
 type installer struct {
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	metrics *server.Metrics
 	log     *slog.Logger
 	dir     string
 	// clock is the engine's: every install after the first is a reload
-	// while serving, at its reading (descriptors.Engine.SwapAt).
+	// while serving, at its reading (engine.Engine.SwapAt).
 	clock func() int64
 
 	mu        sync.Mutex
@@ -38,7 +40,7 @@ type installer struct {
 	rules      prometheus.Gauge
 }
 
-func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir string, log *slog.Logger, clock func() int64) *installer {
+func newInstaller(engine *engine.Engine, metrics *server.Metrics, dir string, log *slog.Logger, clock func() int64) *installer {
 	in := &installer{engine: engine, metrics: metrics, dir: dir, log: log, clock: clock,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sharelimit_config_reloads_total",
 			Help: "Config loads by result (success, failure)."}, []string{"result"}),
@@ -58,7 +60,7 @@ func newInstaller(engine *descriptors.Engine, metrics *server.Metrics, dir strin
 // install puts set in force. Buckets of the rules it keeps keep their state,
 // at their fill ratio when the limit changed. The first set installs as at
 // start-up; every later one is a reload while serving
-// (descriptors.Engine.SwapAt), in which a rule added within the burst time
+// (engine.Engine.SwapAt), in which a rule added within the burst time
 // of a retired one ramps, and the log names the rules whose ramp still
 // runs. Every set that compiled is accepted.
 func (in *installer) install(set *descriptors.Set) error {

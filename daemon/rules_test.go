@@ -8,18 +8,30 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/server"
 )
+
+// newEngine is engine.New, failing t on an error.
+func newEngine(t testing.TB, set *descriptors.Set, store *bucket.Store, opts engine.Options) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(set, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
 
 // The installer puts the first set in force as at start-up (its rules start
 // full) and every later one as a reload at the clock's reading: a lowered
 // limit keeps the fill ratio, and a renamed rule ramps.
 func TestInstallerReloadsKeepTheCap(t *testing.T) {
 	store := bucket.NewStore(0)
-	engine := descriptors.NewEngine(nil, 1, store)
+	e := newEngine(t, nil, store, engine.Options{})
 	now := int64(0)
-	in := newInstaller(engine, server.NewMetrics(store), "test", quietLog(), func() int64 { return now })
+	in := newInstaller(e, server.NewMetrics(store), "test", quietLog(), func() int64 { return now })
 	install := func(yaml string) {
 		t.Helper()
 		set, err := descriptors.Compile(descriptors.File{Name: "r.yaml", Data: []byte(yaml)})
@@ -34,12 +46,12 @@ func TestInstallerReloadsKeepTheCap(t *testing.T) {
 		t.Helper()
 		ok := 0
 		for range n {
-			var dec descriptors.Decision
+			var dec engine.Decision
 			descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "x"}}}}
-			if err := engine.Decide(&dec, "d", descs, 1, now); err != nil {
+			if err := e.Decide(&dec, "d", descs, 1, now); err != nil {
 				t.Fatal(err)
 			}
-			if dec.Code == descriptors.OK {
+			if dec.Code == engine.OK {
 				ok++
 			}
 		}
@@ -61,7 +73,7 @@ func TestInstallerReloadsKeepTheCap(t *testing.T) {
 	if got := admitted("b", 400); got != 0 {
 		t.Fatalf("renamed rule admitted %d at once, want 0", got)
 	}
-	if r := engine.Ramping(now); len(r) != 1 || r[0].Path() != "d.b" {
+	if r := e.Ramping(now); len(r) != 1 || r[0].Path() != "d.b" {
 		t.Fatalf("ramping %v, want d.b", r)
 	}
 	now += int64(500 * time.Millisecond)

@@ -14,7 +14,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/config"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/consultest"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/server"
@@ -75,12 +75,12 @@ func TestTwoServicesOnTheSameNodes(t *testing.T) {
 	keys := 0
 	fits := func(dom string, hits uint32) bool {
 		keys++
-		var dec descriptors.Decision
+		var dec engine.Decision
 		descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: fmt.Sprint("key-", keys)}}}}
 		if err := d.engine.Decide(&dec, dom, descs, hits, d.clock()); err != nil {
 			t.Fatal(err)
 		}
-		return dec.Code == descriptors.OK
+		return dec.Code == engine.OK
 	}
 	// buckets checks each domain's bucket size: it admits its share, and
 	// not one more.

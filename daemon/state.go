@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/membership"
 	"github.com/sharelimit/sharelimit/state"
 )
@@ -77,14 +79,15 @@ func newKeeper(d *Daemon, reg prometheus.Registerer) *keeper {
 	return k
 }
 
-// load reads the snapshot, or returns nil: no file, a file too old, or a
-// bad one (one warning and the metric). Whatever it returns nil for, the
-// daemon starts as it would without --state-file, except that of a file
-// too old it keeps the views no looser than --replicas (savedView).
-func (k *keeper) load(now time.Time) *state.Snapshot {
+// load reads the snapshot, of at most maxBuckets buckets, or returns nil:
+// no file, a file too old, or a bad one (one warning and the metric).
+// Whatever it returns nil for, the daemon starts as it would without
+// --state-file, except that of a file too old it keeps the views no looser
+// than --replicas (savedView).
+func (k *keeper) load(now time.Time, maxBuckets int) *state.Snapshot {
 	k.removeTemps()
 	k.probe()
-	s, err := state.ReadFile(k.path, state.MaxSize(k.d.engine.Store().Max()))
+	s, err := state.ReadFile(k.path, state.MaxSize(maxBuckets))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		k.d.log.Info("no state file to restore; starting with full buckets", "path", k.path)
@@ -116,7 +119,9 @@ func (k *keeper) load(now time.Time) *state.Snapshot {
 			"views_restored", len(k.oldViews))
 		return nil
 	}
-	if !k.d.engine.SetSeed(s.Seed) {
+	if s.Seed == 0 {
+		// No engine keys with 0 (engine.Options.Seed asks for a fresh
+		// seed with it): the buckets could not be found.
 		k.loadErrors.Inc()
 		k.d.log.Warn("state file not restored: its key seed is not usable; starting with full buckets", "path", k.path)
 		return nil
@@ -156,7 +161,7 @@ func (k *keeper) restore(s *state.Snapshot, set *descriptors.Set, started time.T
 		return 0, false
 	}
 	now := time.Now()
-	var res descriptors.Restored
+	var res engine.Restored
 	if set != nil {
 		res = k.d.engine.RestoreFor(set, s.Buckets, s.Weights, elapsed(s, now), groupOf, k.d.clock())
 	} else {

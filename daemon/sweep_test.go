@@ -9,7 +9,9 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
@@ -21,8 +23,8 @@ func TestSweepDropsRefilledBucketsAndStopsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := bucket.NewStore(10)
-	e := descriptors.NewEngine(set, 1, store)
-	if err := e.Decide(new(descriptors.Decision), "d", descs("k", "v"), 1, 0); err != nil || store.Live() != 1 {
+	e := newEngine(t, set, store, engine.Options{})
+	if err := e.Decide(new(engine.Decision), "d", descs("k", "v"), 1, 0); err != nil || store.Live() != 1 {
 		t.Fatalf("setup: %v, %d live", err, store.Live())
 	}
 	ctx, cancel := context.WithCancel(context.Background())

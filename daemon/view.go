@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sharelimit/sharelimit/demand/controller"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/membership"
@@ -32,7 +32,7 @@ type view struct {
 	dns     *membership.DNS    // nil: static or Consul
 	damper  *membership.Damper // nil: static, or --membership-hold 0
 	cur     atomic.Pointer[membership.View]
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	clock   monotime.Clock
 	// demand shares this view's demand rules; nil for a static view. Set
 	// before the watch runs.

@@ -36,7 +36,7 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 		}
 		return matched[i].limit
 	}
-	replacements(len(matched), limit, func(by, dropped int, name string) {
+	Replacements(len(matched), limit, func(by, dropped int, name string) {
 		fmt.Fprintf(out, "\nreplaces: descriptor %d's limit %q is dropped because descriptor %d's rule %s replaces it: descriptor %d gets OK with no limit\n",
 			dropped+1, name, by+1, matched[by].path, dropped+1)
 		replaced[dropped] = true

@@ -75,21 +75,17 @@ func TestMetricKey(t *testing.T) {
 		{[]string{"shared=food", "leaf=z"}, true, "d.shared_foo*.leaf_z"},
 		{[]string{"emptyval="}, true, "d.emptyval_"},
 	}
-	e := newDecider(t, metricKeyConfig, 1).e
+	set := mustParse(t, metricKeyConfig)
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
-			sts, _, err := decide(e, "d", descs(desc(tc.req...)), 0, 0, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := sts[0].Rule
+			r := set.Match("d", entries(tc.req...))
 			if r == nil {
 				t.Fatalf("%v matched no rule", tc.req)
 			}
 			if got := r.MetricKeyVaries(); got != tc.varies {
 				t.Errorf("MetricKeyVaries = %v, want %v", got, tc.varies)
 			}
-			if got := string(r.AppendMetricKey(nil, desc(tc.req...).Entries)); got != tc.want {
+			if got := string(r.AppendMetricKey(nil, entries(tc.req...))); got != tc.want {
 				t.Errorf("key = %q, want %q", got, tc.want)
 			}
 			if !tc.varies && r.Path() != tc.want {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -73,6 +75,15 @@ func (l *Limit) Window() time.Duration {
 		return MaxWindow
 	}
 	return d * time.Duration(max(l.unitMultiplier, 1))
+}
+
+// RequestLimit is the Limit of a request's own limit (a descriptor's
+// override): requests_per_unit rpu per mult units u, mult 0 counting as 1,
+// shared by cluster, with no name, burst or policy of its own.
+func RequestLimit(rpu uint32, u Unit, mult uint32) *Limit {
+	l := &Limit{requestsPerUnit: rpu, unit: u, unitMultiplier: mult}
+	l.finish()
+	return l
 }
 
 // finish derives params from the configured fields.
@@ -269,6 +280,17 @@ func (r *Rule) Children() []*Rule { return slices.Clone(r.children.order) }
 // PerValue reports whether the rule keeps one bucket per runtime value set.
 func (r *Rule) PerValue() bool { return slices.Contains(r.varying, true) }
 
+// PicksBucket reports whether the request's value at entry i (0 for the top
+// level) picks the rule's bucket: it does at key-only levels and at wildcard
+// levels without share_threshold, whose values each have a bucket.
+func (r *Rule) PicksBucket(i int) bool { return i >= 0 && i < len(r.varying) && r.varying[i] }
+
+// Identity is what the rule's buckets and runtime state are keyed by: its
+// domain, the key and value at every depth, which depths pick a bucket, and
+// its limit's share; not the limit's figures, so a reload that changes only
+// those keeps them. Equal rules in two replicas' sets have equal identities.
+func (r *Rule) Identity() string { return r.identity }
+
 // level is the set of rules at one depth under one parent.
 type level struct {
 	byKey      map[string]*keyGroup
@@ -282,7 +304,7 @@ type keyGroup struct {
 	def   *Rule
 }
 
-// Domain is one file's rules. It is immutable.
+// Domain is one file's rules. It is immutable and safe for concurrent use.
 type Domain struct {
 	name string
 	file string
@@ -298,6 +320,11 @@ func (d *Domain) File() string { return d.file }
 
 // Rules returns the top-level rules in config order.
 func (d *Domain) Rules() []*Rule { return slices.Clone(d.root.order) }
+
+// Match is Set.Match within d, for a caller that has found the domain.
+func (d *Domain) Match(entries []*commonv3.RateLimitDescriptor_Entry) *Rule {
+	return match(&d.root, entries, nil)
+}
 
 // Set is a whole compiled configuration. It is immutable and safe for
 // concurrent use; the daemon replaces it whole on reload.
@@ -338,6 +365,10 @@ func (s *Set) Rule(id int) *Rule {
 
 // Len is the number of rules.
 func (s *Set) Len() int { return len(s.rules) }
+
+// HasReplaces reports whether any limit of the set names others in its
+// replaces: only then can one descriptor's limit drop another's.
+func (s *Set) HasReplaces() bool { return s.hasReplaces }
 
 // Files returns the files the set was compiled from.
 func (s *Set) Files() []string { return slices.Clone(s.files) }

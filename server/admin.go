@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sharelimit/sharelimit/demand/controller"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // View is one membership view as the admin pages show it: the default
@@ -107,7 +107,7 @@ type Nack struct {
 // Admin serves the admin HTTP listener. Safe for concurrent use.
 type Admin struct {
 	svc      *Service
-	engine   *descriptors.Engine
+	engine   *engine.Engine
 	metrics  *Metrics
 	views    func() []View
 	reload   func() ReloadStatus
@@ -120,7 +120,7 @@ type Admin struct {
 
 // NewAdmin returns the admin handler set. views and reload are read per
 // request; views gives the default view first, then one per mapped service.
-func NewAdmin(svc *Service, engine *descriptors.Engine, metrics *Metrics, views func() []View, reload func() ReloadStatus) *Admin {
+func NewAdmin(svc *Service, engine *engine.Engine, metrics *Metrics, views func() []View, reload func() ReloadStatus) *Admin {
 	return &Admin{svc: svc, engine: engine, metrics: metrics, views: views, reload: reload, page: newStatusPage(), history: newHistory(time.Now())}
 }
 

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -29,10 +29,10 @@ func directServiceFrom(t testing.TB, rules string) *Service {
 		t.Fatal(err)
 	}
 	store := bucket.NewStore(10_000)
-	engine := descriptors.NewEngine(set, 0.5, store)
+	e := newEngine(t, set, store, engine.Options{Weight: 0.5})
 	m := NewMetrics(store)
 	m.Bind(set)
-	return NewService(engine, monotime.New(), m, Options{ResponseHeaders: true, HeaderLimit: "a", HeaderRemaining: "b", HeaderReset: "c"},
+	return NewService(e, monotime.New(), m, Options{ResponseHeaders: true, HeaderLimit: "a", HeaderRemaining: "b", HeaderReset: "c"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 

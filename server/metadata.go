@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // Response dynamic metadata, as upstream's RESPONSE_DYNAMIC_METADATA sends it
@@ -30,7 +32,7 @@ import (
 // rule's stats).
 
 // dynamicMetadata builds the struct for one decided request.
-func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []descriptors.Status, p *setParts) *structpb.Struct {
+func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []engine.Status, p *setParts) *structpb.Struct {
 	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
@@ -46,7 +48,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []descriptors.Status, p *s
 	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for i := range sts {
 		st := &sts[i]
-		if st.Code == descriptors.OverLimit || st.Rule == nil || st.Limit == nil || st.Limit.Unlimited() {
+		if st.Code == engine.OverLimit || st.Rule == nil || st.Limit == nil || st.Limit.Unlimited() {
 			continue
 		}
 		if md := p.metadata(st); md != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // maxDetailedValues bounds the stats keys a detailed_metric or value_to_metric
@@ -98,7 +98,7 @@ func NewMetrics(store *bucket.Store) *Metrics {
 	return m
 }
 
-func (m *Metrics) recordOverLimit(domain string, st *descriptors.Status, d *commonv3.RateLimitDescriptor) {
+func (m *Metrics) recordOverLimit(domain string, st *engine.Status, d *commonv3.RateLimitDescriptor) {
 	if !m.overLimit.sample() {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // BenchmarkCountDetailed counts decisions of a detailed_metric rule for values
@@ -29,7 +29,7 @@ descriptors:
 	for i := range descs {
 		descs[i] = desc("api_key", fmt.Sprintf("key-%08x", uint32(i)*2654435761))
 	}
-	sts := []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: descriptors.OK}}
+	sts := []engine.Status{{Rule: r, Limit: r.Limit(), Code: engine.OK}}
 	for _, d := range descs {
 		m.count(set, "api", d, sts, 0, 0)
 	}

@@ -15,7 +15,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/source"
 )
 
@@ -120,12 +122,12 @@ func desc(key, value string) []*commonv3.RateLimitDescriptor {
 
 // countRule counts one decision of r, as the service would after Decide.
 func countRule(m *Metrics, set *descriptors.Set, r *descriptors.Rule, value string, code rlsv3.RateLimitResponse_Code, shadowed bool) {
-	m.count(set, r.Domain(), desc(r.Key(), value), []descriptors.Status{{Rule: r, Limit: r.Limit(), Code: code, Shadowed: shadowed}}, 0, 0)
+	m.count(set, r.Domain(), desc(r.Key(), value), []engine.Status{{Rule: r, Limit: r.Limit(), Code: code, Shadowed: shadowed}}, 0, 0)
 }
 
 func countOverride(m *Metrics, set *descriptors.Set, domain string) {
 	lim := new(descriptors.Limit) // counting reads only that there is a limit
-	m.count(set, domain, desc("any", "x"), []descriptors.Status{{Limit: lim, Override: true, Code: descriptors.OK}}, 0, 0)
+	m.count(set, domain, desc("any", "x"), []engine.Status{{Limit: lim, Override: true, Code: engine.OK}}, 0, 0)
 }
 
 func TestReloadDropsRemovedRuleSeries(t *testing.T) {
@@ -157,12 +159,12 @@ descriptors:
 	m.Bind(old)
 	keep, gone, x := rule(t, old, "d.keep"), rule(t, old, "d.gone"), rule(t, old, "e.x")
 	for range 3 {
-		countRule(m, old, keep, "a", descriptors.OK, false)
+		countRule(m, old, keep, "a", engine.OK, false)
 	}
-	countRule(m, old, keep, "a", descriptors.OverLimit, false)
-	countRule(m, old, gone, "v1", descriptors.OK, false)
-	countRule(m, old, gone, "v2", descriptors.OK, true) // shadowed: reported OK
-	countRule(m, old, x, "b", descriptors.OK, false)
+	countRule(m, old, keep, "a", engine.OverLimit, false)
+	countRule(m, old, gone, "v1", engine.OK, false)
+	countRule(m, old, gone, "v2", engine.OK, true) // shadowed: reported OK
+	countRule(m, old, x, "b", engine.OK, false)
 	countOverride(m, old, "d")
 	countOverride(m, old, "e")
 	before := series(t, m)
@@ -196,11 +198,11 @@ descriptors:
 
 	// A request decided with the old set and counted after the reload: the
 	// shared rule counts exactly, and the removed ones stay removed.
-	countRule(m, old, keep, "a", descriptors.OK, false)
-	countRule(m, old, gone, "v3", descriptors.OK, true)
-	countRule(m, old, x, "b", descriptors.OK, false)
+	countRule(m, old, keep, "a", engine.OK, false)
+	countRule(m, old, gone, "v3", engine.OK, true)
+	countRule(m, old, x, "b", engine.OK, false)
 	countOverride(m, old, "e")
-	countRule(m, cur, rule(t, cur, "d.keep"), "a", descriptors.OK, false)
+	countRule(m, cur, rule(t, cur, "d.keep"), "a", engine.OK, false)
 	late := series(t, m)
 	if k := `sharelimit_decisions_total{code="OK",domain="d",rule="d.keep"}`; late[k] != 5 {
 		t.Errorf("%s = %v, want 5", k, late[k])
@@ -235,7 +237,7 @@ descriptors:
 	next := 0
 	countNew := func(n int) {
 		for range n {
-			countRule(m, set, rule(t, set, "d.k"), fmt.Sprintf("10.0.%d.%d", next/256, next%256), descriptors.OK, false)
+			countRule(m, set, rule(t, set, "d.k"), fmt.Sprintf("10.0.%d.%d", next/256, next%256), engine.OK, false)
 			next++
 			counted++
 		}
@@ -271,7 +273,7 @@ descriptors:
 		m.Bind(set)
 		m.Unbind(old)
 		countNew(maxDetailedValues)
-		countRule(m, set, rule(t, set, "d.k"), "10.0.0.0", descriptors.OK, false)
+		countRule(m, set, rule(t, set, "d.k"), "10.0.0.0", engine.OK, false)
 		counted++
 		check(fmt.Sprintf("reload %d", i+1))
 	}
@@ -315,16 +317,16 @@ descriptors:
 			defer wg.Done()
 			for i := 0; !done.Load() || i < 2000; i++ {
 				set := cur.Load()
-				code := descriptors.OK
+				code := engine.OK
 				if i%3 == 0 {
-					code = descriptors.OverLimit
+					code = engine.OverLimit
 				}
 				value := fmt.Sprintf("user-%d", (w*7919+i)%(2*maxDetailedValues))
 				k, y := set.Rule(0), set.Rule(1)
 				// One request with both descriptors, as Envoy would send them.
-				m.count(set, "d", append(desc(k.Key(), value), desc(y.Key(), value)...), []descriptors.Status{
+				m.count(set, "d", append(desc(k.Key(), value), desc(y.Key(), value)...), []engine.Status{
 					{Rule: k, Limit: k.Limit(), Code: code},
-					{Rule: y, Limit: y.Limit(), Code: descriptors.OK, Shadowed: code == descriptors.OverLimit},
+					{Rule: y, Limit: y.Limit(), Code: engine.OK, Shadowed: code == engine.OverLimit},
 				}, 0, 0)
 				counts[w]++
 			}
@@ -383,9 +385,9 @@ descriptors:
 `)
 	m.Bind(old)
 	gone := rule(t, old, "d.gone")
-	countRule(m, old, gone, "seen", descriptors.OK, false)
+	countRule(m, old, gone, "seen", engine.OK, false)
 	v, _ := m.bound.Load(old)
-	stale := v.(*boundRules).lookup(&descriptors.Status{Rule: gone, Limit: gone.Limit()}, "d")
+	stale := v.(*boundRules).lookup(&engine.Status{Rule: gone, Limit: gone.Limit()}, "d")
 	if stale.detailed == nil {
 		t.Fatal("fixture: the rule has no detailed values")
 	}
@@ -422,12 +424,12 @@ descriptors:
 `)
 	m := newTestMetrics()
 	m.Bind(set)
-	e := descriptors.NewEngine(set, 1, bucket.NewStore(0))
+	e := newEngine(t, set, bucket.NewStore(0), engine.Options{})
 	for _, req := range [][]string{{"route", "draw", "method", "GET"}, {"tenant", "acme", "user", "42"}} {
 		d := &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{
 			{Key: req[0], Value: req[1]}, {Key: req[2], Value: req[3]}}}
 		descs := []*commonv3.RateLimitDescriptor{d}
-		var dec descriptors.Decision
+		var dec engine.Decision
 		if err := e.Decide(&dec, "d", descs, 0, 0); err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // The parts of a response that depend only on a rule (its current_limit and
@@ -43,7 +45,7 @@ type partsCache struct {
 // replace returns the parts of set, made the cached ones, or nil when set is
 // not the engine's set in force. Answer reads cur first, so only the first
 // requests after a reload, and those in flight across it, come here.
-func (c *partsCache) replace(set *descriptors.Set, engine *descriptors.Engine) *setParts {
+func (c *partsCache) replace(set *descriptors.Set, engine *engine.Engine) *setParts {
 	if set == nil || set != engine.Set() {
 		return nil
 	}
@@ -59,7 +61,7 @@ func (c *partsCache) replace(set *descriptors.Set, engine *descriptors.Engine) *
 
 // rule returns the parts of a config rule's decision; nil for an override,
 // when p is nil, or when the status's rule is not p's set's own.
-func (p *setParts) rule(st *descriptors.Status) *ruleParts {
+func (p *setParts) rule(st *engine.Status) *ruleParts {
 	if p == nil || st.Override || st.Rule == nil {
 		return nil
 	}
@@ -85,7 +87,7 @@ func (p *setParts) build(id int, r *descriptors.Rule) *ruleParts {
 // limit is the rule's current_limit for a decision; nil for an override, or
 // when p is nil or not the status's set. It repeats rule's checks so that the
 // hot path makes one call per status.
-func (p *setParts) limit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLimit {
+func (p *setParts) limit(st *engine.Status) *rlsv3.RateLimitResponse_RateLimit {
 	if p != nil && !st.Override && st.Rule != nil {
 		if id := st.Rule.ID(); id < len(p.rules) && p.set.Rule(id) == st.Rule {
 			rp := p.rules[id].Load()
@@ -99,7 +101,7 @@ func (p *setParts) limit(st *descriptors.Status) *rlsv3.RateLimitResponse_RateLi
 }
 
 // metadata is the metadata of a config rule's decision; nil for an override.
-func (p *setParts) metadata(st *descriptors.Status) *structpb.Struct {
+func (p *setParts) metadata(st *engine.Status) *structpb.Struct {
 	if st.Override || st.Rule == nil {
 		return nil
 	}

@@ -9,8 +9,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // TestAnswerIndependentOfMetricsBinding: a rule's answer is built by the
@@ -32,12 +32,12 @@ descriptors:
 	set := parseSet(t, rules)
 	service := func(bind bool) *Service {
 		store := bucket.NewStore(0)
-		engine := descriptors.NewEngine(set, 1, store)
+		e := newEngine(t, set, store, engine.Options{})
 		m := NewMetrics(store)
 		if bind {
 			m.Bind(set)
 		}
-		return NewService(engine, func() int64 { return 0 }, m, Options{DynamicMetadata: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return NewService(e, func() int64 { return 0 }, m, Options{DynamicMetadata: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
 	req := &rlsv3.RateLimitRequest{Domain: "md", Descriptors: []*commonv3.RateLimitDescriptor{d("a=1"), d("detailed=2")}}
 	bound, unbound := service(true), service(false)

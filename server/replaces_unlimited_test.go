@@ -8,6 +8,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/source"
 )
 
@@ -40,8 +41,7 @@ func TestReplacesKeepsUnlimitedOnTheWire(t *testing.T) {
 		t.Fatalf("[a=x] [b=y]: %v", r)
 	}
 
-	q := newFixtureSet(t, Options{}, 1, set)
-	q.engine.SetQuotaMode(true)
+	q := newFixtureEngine(t, Options{}, engine.Options{QuotaMode: true}, set)
 	r = call(q, d("a=x"), d("blocked=y"))
 	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || !unlimited(r.Statuses[0]) ||
 		r.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/server/wire"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -29,11 +29,11 @@ func TestOverLimitSamplesDoNotPinRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := bucket.NewStore(0)
-	engine := descriptors.NewEngine(nil, 1, store)
+	e := newEngine(t, nil, store, engine.Options{})
 	metrics := NewMetrics(store)
 	metrics.Bind(set)
-	engine.Swap(set)
-	svc := NewService(engine, func() int64 { return 1 }, metrics, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.Swap(set)
+	svc := NewService(e, func() int64 { return 1 }, metrics, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// An over-limit request ("fixed=one" allows 2 a second, the clock stands
 	// still) padded with an unknown field to 512 KiB.

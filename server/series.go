@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // overrideRule labels the decisions of per-request overrides. A rule path always
@@ -24,8 +26,8 @@ func codeName(i int) string {
 	return "OK"
 }
 
-func codeIndex(st *descriptors.Status) int {
-	if st.Code == descriptors.OverLimit {
+func codeIndex(st *engine.Status) int {
+	if st.Code == engine.OverLimit {
 		return 1
 	}
 	return 0
@@ -205,7 +207,7 @@ func (m *Metrics) deleteSeries(s *ruleSeries) {
 //
 // count only counts: responses are built from the set (parts.go), so a
 // binding's lifecycle never changes an answer.
-func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []descriptors.Status, hits uint32, n int64) {
+func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor, sts []engine.Status, hits uint32, n int64) {
 	var b *boundRules
 	if v, ok := m.bound.Load(set); ok {
 		b = v.(*boundRules)
@@ -260,7 +262,7 @@ func (m *Metrics) count(set *descriptors.Set, domain string, descs []*commonv3.R
 // lookup finds a decision's series in a bound set. It checks that the
 // status's rule is the set's own, so a status from another set can never
 // index the wrong rule's counters.
-func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
+func (b *boundRules) lookup(st *engine.Status, domain string) boundRule {
 	switch {
 	case b == nil:
 		return boundRule{}
@@ -274,7 +276,7 @@ func (b *boundRules) lookup(st *descriptors.Status, domain string) boundRule {
 
 // unbound finds the series of a decision made with a set that is no longer
 // bound. Only requests in flight across a reload come here, so a lock is fine.
-func (m *Metrics) unbound(st *descriptors.Status, domain string) boundRule {
+func (m *Metrics) unbound(st *engine.Status, domain string) boundRule {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if st.Override || st.Rule == nil {

@@ -22,7 +22,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/source"
 )
 
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fixture is a service on a real loopback gRPC listener, with a fake clock.
 type fixture struct {
 	t       *testing.T
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	metrics *Metrics
 	svc     *Service
 	client  rlsv3.RateLimitServiceClient
@@ -52,9 +54,25 @@ func newFixture(t *testing.T, opts Options, weight float64) *fixture {
 // newFixtureSet is newFixture deciding with set.
 func newFixtureSet(t *testing.T, opts Options, weight float64, set *descriptors.Set) *fixture {
 	t.Helper()
+	return newFixtureEngine(t, opts, engine.Options{Weight: weight}, set)
+}
+
+// newEngine is engine.New, failing t on an error.
+func newEngine(t testing.TB, set *descriptors.Set, store *bucket.Store, opts engine.Options) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(set, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newFixtureEngine is newFixtureSet with an engine built with eopts.
+func newFixtureEngine(t *testing.T, opts Options, eopts engine.Options, set *descriptors.Set) *fixture {
+	t.Helper()
 	f := &fixture{t: t}
 	store := bucket.NewStore(0)
-	f.engine = descriptors.NewEngine(nil, weight, store)
+	f.engine = newEngine(t, nil, store, eopts)
 	f.metrics = NewMetrics(store)
 	f.metrics.Bind(set)
 	f.engine.Swap(set)
@@ -325,16 +343,16 @@ func TestRecoveredPanicAnswersInternal(t *testing.T) {
 // InvalidArgument naming the field, and the next valid request is served.
 func TestCapsOverGRPC(t *testing.T) {
 	f := newFixture(t, Options{}, 1)
-	many := make([]*commonv3.RateLimitDescriptor, descriptors.MaxDescriptors+1)
+	many := make([]*commonv3.RateLimitDescriptor, engine.MaxDescriptors+1)
 	for i := range many {
 		many[i] = d("free=x")
 	}
 	deep := &commonv3.RateLimitDescriptor{}
-	for i := 0; i <= descriptors.MaxEntries; i++ {
+	for i := 0; i <= engine.MaxEntries; i++ {
 		deep.Entries = append(deep.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
 	}
 	hits := d("free=x")
-	hits.HitsAddend = wrapperspb.UInt64(descriptors.MaxHits + 1)
+	hits.HitsAddend = wrapperspb.UInt64(engine.MaxHits + 1)
 	cases := []struct {
 		name  string
 		descs []*commonv3.RateLimitDescriptor
@@ -342,8 +360,8 @@ func TestCapsOverGRPC(t *testing.T) {
 	}{
 		{"descriptors per request", many, "descriptors"},
 		{"entries per descriptor", []*commonv3.RateLimitDescriptor{deep}, "entries"},
-		{"key length", []*commonv3.RateLimitDescriptor{d(strings.Repeat("k", descriptors.MaxKeyBytes+1) + "=v")}, "key"},
-		{"value length", []*commonv3.RateLimitDescriptor{d("k=" + strings.Repeat("v", descriptors.MaxValueBytes+1))}, "value"},
+		{"key length", []*commonv3.RateLimitDescriptor{d(strings.Repeat("k", engine.MaxKeyBytes+1) + "=v")}, "key"},
+		{"value length", []*commonv3.RateLimitDescriptor{d("k=" + strings.Repeat("v", engine.MaxValueBytes+1))}, "value"},
 		{"hits_addend", []*commonv3.RateLimitDescriptor{hits}, "hits_addend"},
 	}
 	for _, tc := range cases {

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // Options are the request-path settings of the service.
@@ -37,7 +39,7 @@ type Options struct {
 // Service answers ShouldRateLimit from the engine. Safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine *descriptors.Engine
+	engine *engine.Engine
 	clock  func() int64
 	// wall0 is the Unix time, in nanoseconds, at which clock read 0: a
 	// reading's slot of the daemon's accounting is (wall0 + reading) ÷
@@ -55,10 +57,10 @@ type Service struct {
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
-// NewService returns a service deciding with engine on clock's time.
-func NewService(engine *descriptors.Engine, clock func() int64, metrics *Metrics, opts Options, log *slog.Logger) *Service {
-	s := &Service{engine: engine, clock: clock, wall0: time.Now().UnixNano() - clock(), metrics: metrics, opts: opts, log: log}
-	s.pool.New = func() any { return &descriptors.Decision{Statuses: make([]descriptors.Status, 0, 8)} }
+// NewService returns a service deciding with e on clock's time.
+func NewService(e *engine.Engine, clock func() int64, metrics *Metrics, opts Options, log *slog.Logger) *Service {
+	s := &Service{engine: e, clock: clock, wall0: time.Now().UnixNano() - clock(), metrics: metrics, opts: opts, log: log}
+	s.pool.New = func() any { return &engine.Decision{Statuses: make([]engine.Status, 0, 8)} }
 	return s
 }
 
@@ -97,13 +99,13 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 		}
 	}()
 	start := time.Now()
-	dec := s.pool.Get().(*descriptors.Decision)
+	dec := s.pool.Get().(*engine.Decision)
 	defer s.pool.Put(dec)
 	now := s.clock()
 	err = s.engine.Decide(dec, req.GetDomain(), req.GetDescriptors(), req.GetHitsAddend(), now)
 	sts, overall := dec.Statuses, dec.Code
 	if err != nil {
-		if errors.Is(err, descriptors.ErrInvalidRequest) {
+		if errors.Is(err, engine.ErrInvalidRequest) {
 			s.metrics.invalid.Inc()
 			return nil, 0, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -115,10 +117,10 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 		parts = s.parts.replace(dec.Set, s.engine)
 	}
 	if s.opts.ShadowMode {
-		if overall == descriptors.OverLimit {
+		if overall == engine.OverLimit {
 			s.metrics.globalShadow.Add(1)
 		}
-		overall = descriptors.OK
+		overall = engine.OK
 	}
 	resp = s.response(overall, sts, parts)
 	if s.opts.DynamicMetadata {
@@ -135,7 +137,7 @@ func (s *Service) Answer(req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResp
 // clock reading now.
 func (s *Service) slot(now int64) int64 { return (s.wall0 + now) / int64(AdmittedSlot) }
 
-func maxWait(sts []descriptors.Status) time.Duration {
+func maxWait(sts []engine.Status) time.Duration {
 	var w time.Duration
 	for i := range sts {
 		w = max(w, sts[i].Wait)
@@ -157,7 +159,7 @@ type statusBlock struct {
 	dur durationpb.Duration
 }
 
-func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descriptors.Status, p *setParts) *rlsv3.RateLimitResponse {
+func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []engine.Status, p *setParts) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	if len(sts) == 1 {
 		o := &one{}
@@ -186,7 +188,7 @@ func (s *Service) response(overall rlsv3.RateLimitResponse_Code, sts []descripto
 // built once per rule of the set in force, held only by this package, never
 // by the rules themselves. A limit without one (an override, or a set
 // replaced since it decided) gets a message of its own.
-func (b *statusBlock) fill(st *descriptors.Status, p *setParts) {
+func (b *statusBlock) fill(st *engine.Status, p *setParts) {
 	b.st.Code = st.Code
 	l := st.Limit
 	if l == nil {
@@ -222,7 +224,7 @@ func currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_RateLimit {
 
 // headers describes the descriptor closest to its limit, as upstream does: an
 // over-limit descriptor when there is one, so the headers explain the refusal.
-func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
+func (s *Service) headers(sts []engine.Status) []*corev3.HeaderValue {
 	best := -1
 	for i := range sts {
 		if sts[i].Limit == nil || sts[i].Limit.Unlimited() {
@@ -245,8 +247,8 @@ func (s *Service) headers(sts []descriptors.Status) []*corev3.HeaderValue {
 }
 
 // closer reports whether a is closer to its limit than b.
-func closer(a, b *descriptors.Status) bool {
-	aOver, bOver := a.Code == descriptors.OverLimit, b.Code == descriptors.OverLimit
+func closer(a, b *engine.Status) bool {
+	aOver, bOver := a.Code == engine.OverLimit, b.Code == engine.OverLimit
 	if aOver != bOver {
 		return aOver
 	}

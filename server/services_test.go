@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // servicesAdmin serves the admin pages of an engine with two domains: a in
@@ -23,10 +24,7 @@ func servicesAdmin(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixtureSet(t, Options{}, 0.25, set)
-	if _, err := f.engine.AddGroup([]string{"b"}, 0.25); err != nil {
-		t.Fatal(err)
-	}
+	f := newFixtureEngine(t, Options{}, engine.Options{Weight: 0.25, Groups: []engine.Group{{Domains: []string{"b"}, Weight: 0.25}}}, set)
 	at := time.Date(2026, 12, 3, 12, 0, 2, 0, time.UTC)
 	views := []View{
 		{Source: "static", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25},

@@ -9,7 +9,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // The page is said to stay a bounded size, but a client over limit picks
@@ -19,9 +19,9 @@ func TestStatusPageSizeChosenByClient(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: test\ndescriptors:\n")
 	ind := ""
-	for i := range descriptors.MaxEntries {
+	for i := range engine.MaxEntries {
 		fmt.Fprintf(&b, "%s  - key: k%d\n", ind, i)
-		if i < descriptors.MaxEntries-1 {
+		if i < engine.MaxEntries-1 {
 			fmt.Fprintf(&b, "%s    descriptors:\n", ind)
 		}
 		ind += "    "
@@ -32,8 +32,8 @@ func TestStatusPageSizeChosenByClient(t *testing.T) {
 		func() ReloadStatus { return ReloadStatus{Generation: 1} })
 	for n := range 20 * sampleEvery {
 		var es []*commonv3.RateLimitDescriptor_Entry
-		for i := range descriptors.MaxEntries {
-			es = append(es, &commonv3.RateLimitDescriptor_Entry{Key: fmt.Sprintf("k%d", i), Value: fmt.Sprintf("%04d", n) + strings.Repeat("<", descriptors.MaxValueBytes-4)})
+		for i := range engine.MaxEntries {
+			es = append(es, &commonv3.RateLimitDescriptor_Entry{Key: fmt.Sprintf("k%d", i), Value: fmt.Sprintf("%04d", n) + strings.Repeat("<", engine.MaxValueBytes-4)})
 		}
 		f.call(&commonv3.RateLimitDescriptor{Entries: es})
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // Upstream's Prometheus series. envoyproxy/ratelimit counts gostats stats,
@@ -83,13 +83,13 @@ func hitsOf(d *commonv3.RateLimitDescriptor, reqHits uint32) uint64 {
 }
 
 // count adds one decision of h hits to c.
-func (u *upstreamCounting) count(c *upstreamHits, st *descriptors.Status, h uint64) {
+func (u *upstreamCounting) count(c *upstreamHits, st *engine.Status, h uint64) {
 	switch {
 	case h == 0:
 	case st.Shadowed:
 		c.over.Add(h)
 		c.shadow.Add(h)
-	case st.Code == descriptors.OverLimit:
+	case st.Code == engine.OverLimit:
 		c.over.Add(h)
 	default:
 		c.within.Add(h)
@@ -105,7 +105,7 @@ func (u *upstreamCounting) count(c *upstreamHits, st *descriptors.Status, h uint
 // near once it leaves fewer than burst − floor(burst × ratio) tokens
 // cluster-wide (Status.Remaining), and, as upstream, only the hits past that
 // line count. From a full bucket the two agree hit for hit.
-func (u *upstreamCounting) near(st *descriptors.Status, h uint64) uint64 {
+func (u *upstreamCounting) near(st *engine.Status, h uint64) uint64 {
 	b := st.Limit.Burst()
 	line := b - min(b, uint64(math.Floor(float64(float32(b)*float32(u.nearRatio)))))
 	rem := uint64(st.Remaining)

@@ -10,8 +10,8 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -49,7 +49,7 @@ func BenchmarkHandlerUpstream(b *testing.B) {
 			m := NewMetrics(store)
 			m.CountUpstream(0.8)
 			m.Bind(set)
-			svc := NewService(descriptors.NewEngine(set, 0.5, store), monotime.New(), m, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			svc := NewService(newEngine(b, set, store, engine.Options{Weight: 0.5}), monotime.New(), m, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			req := tc.req()
 			resp, err := svc.ShouldRateLimit(context.Background(), req)
 			if err != nil || resp.Statuses[0].CurrentLimit == nil {

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -110,7 +112,7 @@ func TestUpstreamNearMatchesUpstreamWindow(t *testing.T) {
 						}
 					}
 					used = after
-					ours += u.near(&descriptors.Status{Limit: lim, Remaining: uint32(b - used)}, h)
+					ours += u.near(&engine.Status{Limit: lim, Remaining: uint32(b - used)}, h)
 				}
 				if ours != theirs {
 					t.Fatalf("burst %d ratio %v: near %d, upstream's window %d", b, ratio, ours, theirs)
@@ -186,16 +188,16 @@ descriptors:
 				i := rng.IntN(3)
 				r := rules[i]
 				h := rng.Uint64N(4) // 0 is check-only
-				st := descriptors.Status{Rule: r, Limit: r.Limit(), Code: descriptors.OK, Remaining: uint32(rng.IntN(101))}
+				st := engine.Status{Rule: r, Limit: r.Limit(), Code: engine.OK, Remaining: uint32(rng.IntN(101))}
 				switch rng.IntN(3) {
 				case 1:
 					if r.ShadowMode() {
 						st.Shadowed = true
 						tot.shadow[i] += h
 					}
-					st.Code = descriptors.OverLimit
+					st.Code = engine.OverLimit
 					if st.Shadowed {
-						st.Code = descriptors.OK
+						st.Code = engine.OK
 					}
 					tot.over[i] += h
 				default:
@@ -203,7 +205,7 @@ descriptors:
 				}
 				d := desc(r.Key(), "a")
 				d[0].HitsAddend = wrapperspb.UInt64(h)
-				m.count(set, "d", d, []descriptors.Status{st}, 0, 0)
+				m.count(set, "d", d, []engine.Status{st}, 0, 0)
 			}
 			results <- tot
 		}()
@@ -264,7 +266,7 @@ func TestUpstreamGlobalShadowMode(t *testing.T) {
 	m := NewMetrics(store)
 	m.CountUpstream(0.8)
 	m.Bind(set)
-	svc := NewService(descriptors.NewEngine(set, 1, store), monotime.New(), m, Options{ShadowMode: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	svc := NewService(newEngine(t, set, store, engine.Options{}), monotime.New(), m, Options{ShadowMode: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	req := &rlsv3.RateLimitRequest{Domain: "test", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{d("fixed=one")}}
 	for range 3 { // 2 a second: the third is over, and answered OK
 		if resp, err := svc.ShouldRateLimit(context.Background(), req); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {

@@ -20,7 +20,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
@@ -34,7 +36,7 @@ func rules(rpu int) string {
 type harness struct {
 	t       *testing.T
 	w       *Watcher
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	logs    testutil.Buffer
 	done    chan error // Run's result
 	mu      sync.Mutex
@@ -55,7 +57,11 @@ func start(t *testing.T, dir string) *harness {
 // newHarness builds the Watcher without loading or running it, for a test to
 // adjust first.
 func newHarness(t *testing.T, dir string) *harness {
-	h := &harness{t: t, engine: descriptors.NewEngine(nil, 1, bucket.NewStore(0))}
+	e, err := engine.New(nil, bucket.NewStore(0), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, engine: e}
 	h.w = &Watcher{Dir: dir, Debounce: 50 * time.Millisecond, Poll: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&h.logs, nil)),
 		Apply: func(s *descriptors.Set) error {
@@ -129,12 +135,12 @@ func (h *harness) limit(key string) uint32 {
 func (h *harness) drawn(key string, n int) int {
 	ok := 0
 	for i := 0; i < n; i++ {
-		var dec descriptors.Decision
+		var dec engine.Decision
 		err := h.engine.Decide(&dec, "d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}, 1, 0)
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		if dec.Code == descriptors.OK {
+		if dec.Code == engine.OK {
 			ok++
 		}
 	}

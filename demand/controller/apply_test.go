@@ -10,6 +10,7 @@ import (
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/membership"
 )
 
@@ -18,7 +19,7 @@ import (
 // parameters are fed as the watch would, no Consul involved.
 type demandRig struct {
 	t    *testing.T
-	e    *descriptors.Engine
+	e    *engine.Engine
 	d    *Controller
 	rule Rule
 	now  time.Time
@@ -39,10 +40,13 @@ func newRig(t *testing.T, yaml, node string, total, topKeys int, now time.Time) 
 		t.Fatal(err)
 	}
 	equal := 1 / float64(total)
-	e := descriptors.NewEngine(set, equal, bucket.NewStore(0))
+	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: equal})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &demandRig{t: t, e: e, now: now}
 	r.mv.Store(&membership.View{Source: "consul", Node: node, Total: total, Local: 1, TotalWeight: total, LocalWeight: 1, Weight: equal})
-	r.d = New(NewEngine(e), nil, Config{Service: "web", Group: descriptors.DefaultGroup, Prefix: "p/", Interval: time.Second,
+	r.d = New(NewEngine(e), nil, Config{Service: "web", Group: engine.DefaultGroup, Prefix: "p/", Interval: time.Second,
 		MaxWrites: 100, QueryRate: 2, Node: node, TopKeys: topKeys,
 		View: func() membership.View { return *r.mv.Load() }, Clock: r.mono.Load, Logger: slog.New(slog.DiscardHandler)})
 	r.d.wall = func() time.Time { return r.now }
@@ -65,7 +69,7 @@ func newDemandRig(t *testing.T) *demandRig {
 // engine re-divides the group, and the controller re-applies.
 func (r *demandRig) publish(mv membership.View) {
 	r.mv.Store(&mv)
-	r.e.SetGroupWeight(descriptors.DefaultGroup, mv.Weight, r.mono.Load())
+	r.e.SetGroupWeight(engine.DefaultGroup, mv.Weight, r.mono.Load())
 	r.d.ViewChanged()
 }
 

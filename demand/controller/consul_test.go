@@ -17,6 +17,7 @@ import (
 	"github.com/sharelimit/sharelimit/demand/consulkv"
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/consultest"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/internal/testutil"
@@ -36,7 +37,7 @@ import (
 // it load.
 type consulNode struct {
 	node   string
-	e      *descriptors.Engine
+	e      *engine.Engine
 	c      *Controller
 	logs   *testutil.Buffer
 	cancel context.CancelFunc
@@ -53,12 +54,15 @@ func startNode(t *testing.T, client *api.Client, node string, busy bool) *consul
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := descriptors.NewEngine(set, 0.25, bucket.NewStore(0))
+	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
 	clock := monotime.New()
 	mv := membership.View{Source: "consul", Node: node, Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25}
 	logs := &testutil.Buffer{}
-	c := New(NewEngine(e), client, Config{Service: "web", Group: descriptors.DefaultGroup, Prefix: "sharelimit/demand/",
-		Interval: 200 * time.Millisecond, MaxWrites: 100, QueryRate: 10, Node: node, TopKeys: descriptors.DefaultTopKeys,
+	c := New(NewEngine(e), client, Config{Service: "web", Group: engine.DefaultGroup, Prefix: "sharelimit/demand/",
+		Interval: 200 * time.Millisecond, MaxWrites: 100, QueryRate: 10, Node: node, TopKeys: engine.DefaultTopKeys,
 		View: func() membership.View { return mv }, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)).With("component", "demand")})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,7 +72,7 @@ func startNode(t *testing.T, client *api.Client, node string, busy bool) *consul
 		// About 2,000 tokens a second asked for: five times the limit.
 		go func() {
 			descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}
-			var dec descriptors.Decision
+			var dec engine.Decision
 			tk := time.NewTicker(25 * time.Millisecond)
 			defer tk.Stop()
 			for {

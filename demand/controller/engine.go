@@ -1,11 +1,11 @@
 package controller
 
 import (
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // Engine is the rate-limit engine as demand sharing sees it: the demand
-// rules' meters out, weights in. NewEngine adapts a *descriptors.Engine;
+// rules' meters out, weights in. NewEngine adapts a *engine.Engine;
 // tests fake it. Implementations must be safe for concurrent use.
 type Engine interface {
 	// Rules returns the installed demand rules of the domains whose limits
@@ -63,10 +63,10 @@ type Hot struct {
 }
 
 // NewEngine adapts e to Engine.
-func NewEngine(e *descriptors.Engine) Engine { return engineMeters{e} }
+func NewEngine(e *engine.Engine) Engine { return engineMeters{e} }
 
-// engineMeters is a *descriptors.Engine as an Engine.
-type engineMeters struct{ e *descriptors.Engine }
+// engineMeters is a *engine.Engine as an Engine.
+type engineMeters struct{ e *engine.Engine }
 
 var _ Engine = engineMeters{}
 
@@ -90,9 +90,9 @@ func (m engineMeters) Rules(domainGroup int) []Rule {
 
 func (m engineMeters) Candidates(identity string) (map[uint64]uint64, float64) {
 	if st := m.find(identity); st != nil {
-		return st.Candidates(), descriptors.CandidateSampling
+		return st.Candidates(), engine.CandidateSampling
 	}
-	return nil, descriptors.CandidateSampling
+	return nil, engine.CandidateSampling
 }
 
 func (m engineMeters) Weight(g int) float64 { return m.e.GroupWeight(g).W }
@@ -104,7 +104,7 @@ func (m engineMeters) SetHot(identity string, ids []uint64, now int64) []Hot {
 }
 
 // find is the installed demand rule of identity, or nil.
-func (m engineMeters) find(identity string) *descriptors.DemandRule {
+func (m engineMeters) find(identity string) *engine.DemandRule {
 	for _, b := range m.e.DemandRules() {
 		if b.State.Identity() == identity {
 			return b.State
@@ -113,7 +113,7 @@ func (m engineMeters) find(identity string) *descriptors.DemandRule {
 	return nil
 }
 
-func hotOf(hvs []*descriptors.HotValue) []Hot {
+func hotOf(hvs []*engine.HotValue) []Hot {
 	if len(hvs) == 0 {
 		return nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
-	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // valueRig is a controller over one per-client rule of 400/s shared by
@@ -34,18 +34,18 @@ func clientDesc(v string) []*commonv3.RateLimitDescriptor {
 
 func (r *valueRig) id(v string) uint64 {
 	rule := r.e.Set().Match("a", clientDesc(v)[0].Entries)
-	return descriptors.ValueID(uint64(demand.RuleIDOf(r.rule.Identity)), rule, clientDesc(v)[0].Entries)
+	return engine.ValueID(uint64(demand.RuleIDOf(r.rule.Identity)), rule, clientDesc(v)[0].Entries)
 }
 
 // admit draws n times for value v and returns how many were admitted.
 func (r *valueRig) admit(v string, n int) int {
 	ok := 0
-	var dec descriptors.Decision
+	var dec engine.Decision
 	for range n {
 		if err := r.e.Decide(&dec, "a", clientDesc(v), 1, 0); err != nil {
 			r.t.Fatal(err)
 		}
-		if dec.Code == descriptors.OK {
+		if dec.Code == engine.OK {
 			ok++
 		}
 	}
@@ -292,12 +292,12 @@ func TestLeaderDividesValues(t *testing.T) {
 
 func (r *valueRig) admitAt(v string, n int, now int64) int {
 	ok := 0
-	var dec descriptors.Decision
+	var dec engine.Decision
 	for range n {
 		if err := r.e.Decide(&dec, "a", clientDesc(v), 1, now); err != nil {
 			r.t.Fatal(err)
 		}
-		if dec.Code == descriptors.OK {
+		if dec.Code == engine.OK {
 			ok++
 		}
 	}

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/server"
 	"github.com/sharelimit/sharelimit/source"
 )
@@ -59,13 +59,16 @@ func startWith(t testing.TB, direct bool, opts server.Options, cfg *tls.Config) 
 		t.Fatal(err)
 	}
 	store := bucket.NewStore(0)
-	engine := descriptors.NewEngine(nil, 1, store)
+	e, err := engine.New(nil, store, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	metrics := server.NewMetrics(store)
 	metrics.Bind(set)
-	engine.Swap(set)
+	e.Swap(set)
 	now := new(int64)
 	*now = int64(time.Hour)
-	svc := server.NewService(engine, func() int64 { return *now }, metrics, opts, quiet)
+	svc := server.NewService(e, func() int64 { return *now }, metrics, opts, quiet)
 	d := &daemon{now: now, health: server.NewHealth()}
 	if direct {
 		d.gs = server.NewDirectServer(svc, d.health, cfg, quiet)
@@ -111,7 +114,7 @@ func exchanges() []*rlsv3.RateLimitRequest {
 	for i := range many {
 		many[i] = desc("ip=10.0.0." + string(rune('0'+i)))
 	}
-	tooMany := make([]*commonv3.RateLimitDescriptor, descriptors.MaxDescriptors+1)
+	tooMany := make([]*commonv3.RateLimitDescriptor, engine.MaxDescriptors+1)
 	for i := range tooMany {
 		tooMany[i] = desc("free=x")
 	}

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/descriptors/engine"
 	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/internal/xdstest"
 )
@@ -31,7 +33,7 @@ type rig struct {
 	srv     *xdstest.Server
 	addr    string
 	src     *Source
-	engine  *descriptors.Engine
+	engine  *engine.Engine
 	applied atomic.Int64
 	refuse  atomic.Value // string: Apply refuses a set holding this domain
 	logs    testutil.Buffer
@@ -44,7 +46,11 @@ func newRig(t *testing.T, adjust ...func(*Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, srv: srv, addr: srv.Addr(), engine: descriptors.NewEngine(nil, 1, bucket.NewStore(0))}
+	e, err := engine.New(nil, bucket.NewStore(0), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, srv: srv, addr: srv.Addr(), engine: e}
 	r.refuse.Store("")
 	t.Cleanup(func() { r.srv.Stop() })
 	cfg := Config{ServerURL: r.addr, NodeID: testNode, Backoff: testBackoff, Apply: r.apply,

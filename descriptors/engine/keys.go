@@ -1,28 +1,38 @@
-package descriptors
+package engine
 
 import (
 	"math/bits"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
 type overrideSpec struct {
 	rpu  uint32
-	unit Unit
+	unit descriptors.Unit
 	mult uint32
 }
 
+// override is a request's own limit and its bucket figures.
+type override struct {
+	limit  *descriptors.Limit
+	params bucket.Params
+}
+
 // maxInterned bounds the distinct override limits kept for reuse; past it an
-// override's Limit is built per new bucket, which costs an allocation, not state.
+// override's Limit is built per request, which costs allocations, not state.
 const maxInterned = 1024
 
-// except wildcards with share_threshold, whose matches share one bucket).
-func (e *Engine) ruleKey(in *installed, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
-	k := in.ids[r.id]
-	for i, v := range r.varying {
-		if v {
-			k = mix(k, keyHash(e.seed, entries[i].Value))
-		}
+// ruleKey is the bucket of the rule of info for these entries: the rule's
+// identity plus the value at every depth that picks a bucket (key-only and
+// wildcard levels, except wildcards with share_threshold, whose matches
+// share one bucket).
+func (e *Engine) ruleKey(info *ruleInfo, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+	k := info.key
+	for _, i := range info.picks {
+		k = mix(k, keyHash(e.seed, entries[i].Value))
 	}
 	return k
 }
@@ -51,15 +61,15 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// override returns the Limit for a request's own limit, interned so repeated
-// overrides share one Limit (and one current_limit message).
-func (e *Engine) override(o *commonv3.RateLimitDescriptor_RateLimitOverride) *Limit {
-	spec := overrideSpec{rpu: o.RequestsPerUnit, unit: Unit(o.Unit), mult: max(o.GetUnitMultiplier().GetValue(), 1)}
+// override returns a request's own limit, interned so repeated overrides
+// share one Limit (and one current_limit message).
+func (e *Engine) override(o *commonv3.RateLimitDescriptor_RateLimitOverride) *override {
+	spec := overrideSpec{rpu: o.RequestsPerUnit, unit: descriptors.Unit(o.Unit), mult: max(o.GetUnitMultiplier().GetValue(), 1)}
 	if l := (*e.overrides.Load())[spec]; l != nil {
 		return l
 	}
-	l := &Limit{requestsPerUnit: spec.rpu, unit: spec.unit, unitMultiplier: spec.mult}
-	l.finish()
+	lim := descriptors.RequestLimit(spec.rpu, spec.unit, spec.mult)
+	l := &override{limit: lim, params: lim.Params()}
 	e.ovMu.Lock()
 	defer e.ovMu.Unlock()
 	cur := *e.overrides.Load()
@@ -69,7 +79,7 @@ func (e *Engine) override(o *commonv3.RateLimitDescriptor_RateLimitOverride) *Li
 	if len(cur) >= maxInterned {
 		return l
 	}
-	next := make(map[overrideSpec]*Limit, len(cur)+1)
+	next := make(map[overrideSpec]*override, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v
 	}

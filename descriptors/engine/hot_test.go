@@ -1,7 +1,8 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,16 +21,20 @@ func hotRig(t *testing.T) (*Engine, *DemandRule) { return hotRigTop(t, DefaultTo
 // hotRigTop is hotRig with --demand-top-keys top.
 func hotRigTop(t *testing.T, top int) (*Engine, *DemandRule) {
 	t.Helper()
-	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+	return hotRigWith(t, Options{Weight: 0.25, TopKeys: top})
+}
+
+// hotRigWith is hotRig with an engine built with opts.
+func hotRigWith(t *testing.T, opts Options) (*Engine, *DemandRule) {
+	t.Helper()
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
 		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n" +
 		"  - key: w\n    rate_limit: {unit: second, requests_per_unit: 10, share: demand, policy: wait, max_wait: 500ms}\n" +
 		"  - key: stop\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 0}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEngine(nil, 0.25, bucket.NewStore(0))
-	e.SetDemandTopKeys(top)
-	e.Swap(set)
+	e := newEngine(t, set, bucket.NewStore(0), opts)
 	d := demandOf(t, e, "a.client")
 	if d == nil || !d.PerValue() {
 		t.Fatalf("a.client is not a per-value demand rule: %+v", d)
@@ -118,7 +123,7 @@ func TestColdValueHandsBackDebt(t *testing.T) {
 // never more: a slot freed by a value that cooled is reused, and the next
 // value gets a bucket the last one never used.
 func TestHotSlotsAreReusedAndBounded(t *testing.T) {
-	groups0 := NewEngine(nil, 0.25, bucket.NewStore(0)).groups.Load()
+	groups0 := newEngine(t, nil, bucket.NewStore(0), Options{Weight: 0.25}).groups.Load()
 	e, d := hotRigTop(t, 2)
 	// Two per-value demand rules (client and w), four slots each.
 	if n := e.groups.Load() - groups0; n != 8 || d.Slots() != 4 {
@@ -163,11 +168,10 @@ func TestHotSlotsAreReusedAndBounded(t *testing.T) {
 // renames never use up the groups. One whose limit is edited keeps its
 // identity, and its slots.
 func TestReloadsGiveSlotsBack(t *testing.T) {
-	e := NewEngine(nil, 0.25, bucket.NewStore(0))
-	e.SetDemandTopKeys(MaxTopKeys)
+	e := newEngine(t, nil, bucket.NewStore(0), Options{Weight: 0.25, TopKeys: MaxTopKeys})
 	var groups int32
 	for i := range 10 {
-		set, err := Compile(File{Name: "a.yaml", Data: []byte(fmt.Sprintf("domain: a\ndescriptors:\n  - key: client%d\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", i%3, 100+i))})
+		set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte(fmt.Sprintf("domain: a\ndescriptors:\n  - key: client%d\n    rate_limit: {unit: second, requests_per_unit: %d, share: demand}\n", i%3, 100+i))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,13 +193,12 @@ func TestReloadsGiveSlotsBack(t *testing.T) {
 // replica at all (its report does not name it, so the leader counts it at
 // its equal share, which is what it enforces), never half.
 func TestNoGroupsNoPerValueDemand(t *testing.T) {
-	e := NewEngine(nil, 0.25, bucket.NewStore(0))
-	for {
-		if _, err := e.AddGroup(nil, 0.5); err != nil {
-			break
-		}
+	var groups []Group
+	for i := DefaultGroup + 1; i <= MaxGroups; i++ {
+		groups = append(groups, Group{Weight: 0.5})
 	}
-	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n")})
+	e := newEngine(t, nil, bucket.NewStore(0), Options{Weight: 0.25, Groups: groups})
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,12 +211,12 @@ func TestNoGroupsNoPerValueDemand(t *testing.T) {
 // A value that spent its tokens through the rule's shared overflow bucket
 // (the store at its cap) does not get a fresh burst by becoming hot.
 func TestHeatAtCapKeepsDebt(t *testing.T) {
-	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
 		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEngine(set, 0.25, bucket.NewStore(64)) // 48 buckets, 16 kept for overflow
+	e := newEngine(t, set, bucket.NewStore(64), Options{Weight: 0.25}) // 48 buckets, 16 kept for overflow
 	d := demandOf(t, e, "a.client")
 	for i := 0; e.Store().Live() < 48; i++ {
 		admitted(t, e, "a", desc(fmt.Sprintf("client=filler%d", i)), 1, 0)
@@ -230,9 +233,7 @@ func TestHeatAtCapKeepsDebt(t *testing.T) {
 // Candidates: the sampled demand of values that are not hot, bounded by
 // top-keys, with a value that draws most of the tokens always among them.
 func TestCandidatesFindTheHeavyValue(t *testing.T) {
-	e, d := hotRig(t)
-	e.SetDemandTopKeys(4)
-	d = demandOf(t, e, "a.client")
+	e, d := hotRigTop(t, 4)
 	var heavy int
 	for i := range 20000 {
 		v := fmt.Sprint("cold", i) // 10,000 distinct cold values
@@ -273,7 +274,7 @@ func TestValueIDsAreStable(t *testing.T) {
 		t.Fatalf("IDs %x %x", a, b)
 	}
 	// The separator: ("ab", "c") and ("a", "bc") differ.
-	set, err := Compile(File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: x\n    descriptors:\n      - key: y\n        rate_limit: {unit: second, requests_per_unit: 1}\n")})
+	set, err := descriptors.Compile(descriptors.File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: x\n    descriptors:\n      - key: y\n        rate_limit: {unit: second, requests_per_unit: 1}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestHotChangesHandOutNoBurst(t *testing.T) {
 func TestExplainPerValueDemand(t *testing.T) {
 	e, _ := hotRig(t)
 	var b strings.Builder
-	Explain(&b, e.Set(), "a", [][]*commonv3.RateLimitDescriptor_Entry{desc("client=c1").Entries}, 0.25)
+	descriptors.Explain(&b, e.Set(), "a", [][]*commonv3.RateLimitDescriptor_Entry{desc("client=c1").Entries}, 0.25)
 	if !strings.Contains(b.String(), "share: demand, per value: the rule's hottest values") {
 		t.Fatalf("explain:\n%s", b.String())
 	}

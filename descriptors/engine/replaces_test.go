@@ -1,7 +1,8 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 // with limit_remaining MaxUint32 and is never a quota descriptor, even under
 // global quota mode, whether another rule names it in replaces or not.
 func TestReplacesNeverDropsUnlimited(t *testing.T) {
-	set, err := compileFiles(t, "testdata/valid/replaces_unlimited.yaml")
+	set, err := compileFiles(t, "../testdata/valid/replaces_unlimited.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +54,7 @@ func TestReplacesNeverDropsUnlimited(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := NewEngine(set, 1, bucket.NewStore(0))
-			e.SetQuotaMode(tc.quota)
+			e := newEngine(t, set, bucket.NewStore(0), Options{QuotaMode: tc.quota})
 			descs := descsOf(tc.descs)
 			sts, code, err := decide(e, "replaces_unlimited", descs, 0, 0, nil)
 			if err != nil {
@@ -112,13 +112,13 @@ var (
 
 // explainReplaces is what Explain says of a request: the descriptors (from 1)
 // that replaces drops, and those it shows as unlimited.
-func explainReplaces(set *Set, domain string, descs []*commonv3.RateLimitDescriptor) (dropped, unlimited []int) {
+func explainReplaces(set *descriptors.Set, domain string, descs []*commonv3.RateLimitDescriptor) (dropped, unlimited []int) {
 	entries := make([][]*commonv3.RateLimitDescriptor_Entry, len(descs))
 	for i, d := range descs {
 		entries[i] = d.Entries
 	}
 	var b strings.Builder
-	Explain(&b, set, domain, entries, 1)
+	descriptors.Explain(&b, set, domain, entries, 1)
 	numbers := func(re *regexp.Regexp) []int {
 		var out []int
 		for _, m := range re.FindAllStringSubmatch(b.String(), -1) {

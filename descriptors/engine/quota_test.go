@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"strings"
@@ -58,8 +58,7 @@ func TestQuotaMode(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := newDecider(t, quotaConfig, 1)
-			d.e.SetQuotaMode(tc.global)
+			d := newDeciderWith(t, quotaConfig, Options{QuotaMode: tc.global})
 			var got []string
 			for range 3 {
 				sts, code := d.decide(descsOf(tc.descs)...)

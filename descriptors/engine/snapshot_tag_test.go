@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 func collidingValues(t *testing.T) (string, string) {
 	id := func(v, share string) string {
 		s := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    value: "+v+"\n    rate_limit: {unit: minute, requests_per_unit: 1, share: "+share+"}\n")
-		return s.rules[0].identity
+		return s.Rules()[0].Identity()
 	}
 	rep := map[uint16]string{}
 	clu := map[uint16]string{}
@@ -44,7 +44,7 @@ func TestSnapshotTagCollision(t *testing.T) {
 	yaml := "domain: d\ndescriptors:\n" +
 		"  - key: k\n    value: " + v1 + "\n    rate_limit: {unit: minute, requests_per_unit: 1, share: replica}\n" +
 		"  - key: k\n    value: " + v2 + "\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
-	a := NewEngine(mustParse(t, yaml), 0.1, bucket.NewStore(0))
+	a := newEngine(t, mustParse(t, yaml), bucket.NewStore(0), Options{Weight: 0.1})
 	if got := admitted(t, a, "d", desc("k="+v2), 5, 0); got != 1 {
 		t.Fatalf("admitted %d, want the 1 token", got)
 	}
@@ -52,8 +52,7 @@ func TestSnapshotTagCollision(t *testing.T) {
 	for _, s := range saved {
 		t.Logf("saved %+v", s)
 	}
-	b := NewEngine(mustParse(t, yaml), 0.1, bucket.NewStore(0))
-	b.SetSeed(a.Seed())
+	b := newEngine(t, mustParse(t, yaml), bucket.NewStore(0), Options{Weight: 0.1, Seed: a.Seed()})
 	b.Restore(saved, a.Weights(), 0, noOverrides, 0)
 	for _, s := range export(b, 0) {
 		t.Logf("restored as %+v", s)

@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"sync/atomic"
@@ -31,7 +31,7 @@ func bindEngine(b *testing.B) *Engine {
 	if set.Len() != 3 {
 		b.Fatalf("fixture has %d rules", set.Len())
 	}
-	return NewEngine(set, 0.25, bucket.NewStore(0))
+	return newEngine(b, set, bucket.NewStore(0), Options{Weight: 0.25})
 }
 
 // outcomes tallies codes and waits across goroutines.

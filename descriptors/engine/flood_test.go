@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"runtime"
@@ -23,7 +23,7 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 10}
 `)
-	e := NewEngine(set, 0.5, bucket.NewStore(maxBuckets))
+	e := newEngine(t, set, bucket.NewStore(maxBuckets), Options{Weight: 0.5})
 	admit := func(ip string) bool {
 		_, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}}}, 1, 0, nil)
 		if err != nil {

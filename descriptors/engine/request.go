@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors"
 )
 
 // Caps on one request. Envoy's largest honest requests are far below them; they
@@ -43,9 +45,10 @@ func (e *RequestError) Error() string { return e.Field + ": " + e.Msg }
 // Is makes errors.Is(err, ErrInvalidRequest) true.
 func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
 
-// Validate checks a request against the caps and the rules of SPEC 2.4 without
-// deciding it.
-func Validate(domain string, descs []*commonv3.RateLimitDescriptor) error {
+// ValidateRequest checks a request against the caps and the rules of SPEC
+// 2.4 without deciding it: the *RequestError it returns is what Decide
+// returns for the request. It is a flat list of checks, one per field.
+func ValidateRequest(domain string, descs []*commonv3.RateLimitDescriptor) error {
 	if domain == "" {
 		return &RequestError{"domain", "must not be empty"}
 	}
@@ -87,9 +90,9 @@ func Validate(domain string, descs []*commonv3.RateLimitDescriptor) error {
 			if o.RequestsPerUnit == 0 {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit.requests_per_unit", i), "must be at least 1"}
 			}
-			if m := o.GetUnitMultiplier().GetValue(); !WindowOK(Unit(o.Unit), m) {
+			if m := o.GetUnitMultiplier().GetValue(); !descriptors.WindowOK(descriptors.Unit(o.Unit), m) {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i),
-					fmt.Sprintf("a window of %d %ss is longer than the %d-year maximum", m, Unit(o.Unit), MaxWindow/Year.Duration())}
+					fmt.Sprintf("a window of %d %ss is longer than the %d-year maximum", m, descriptors.Unit(o.Unit), descriptors.MaxWindow/descriptors.Year.Duration())}
 			}
 		}
 	}

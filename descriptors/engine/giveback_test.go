@@ -1,7 +1,8 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -107,7 +108,7 @@ func (g waitRig) descriptor(r *rand.Rand, i int) *commonv3.RateLimitDescriptor {
 // give-back, a hot value, an overflow bucket, a ramp.
 func giveBackCase(t *testing.T, r *rand.Rand) (reached [4]bool) {
 	g := randomWaitRig(r)
-	set, err := Compile(File{Name: "g.yaml", Data: []byte(g.yaml)})
+	set, err := descriptors.Compile(descriptors.File{Name: "g.yaml", Data: []byte(g.yaml)})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, g.yaml)
 	}
@@ -115,12 +116,11 @@ func giveBackCase(t *testing.T, r *rand.Rand) (reached [4]bool) {
 	if r.IntN(3) == 0 {
 		capacity = 2 + r.IntN(4) // some keys overflow
 	}
-	e := NewEngine(nil, []float64{1, 0.5, 0.25}[r.IntN(3)], bucket.NewStore(capacity))
-	e.SetShareMode(r.IntN(2) == 0)
+	e := newEngine(t, nil, bucket.NewStore(capacity), Options{Weight: []float64{1, 0.5, 0.25}[r.IntN(3)], DemandAll: r.IntN(2) == 0})
 	now := int64(1e9)
 	if r.IntN(3) == 0 {
 		// A reload that retires a rule and adds these: they ramp.
-		old, err := Compile(File{Name: "g.yaml", Data: []byte("domain: g\ndescriptors:\n  - key: old\n    rate_limit: {unit: second, requests_per_unit: 5}\n")})
+		old, err := descriptors.Compile(descriptors.File{Name: "g.yaml", Data: []byte("domain: g\ndescriptors:\n  - key: old\n    rate_limit: {unit: second, requests_per_unit: 5}\n")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"encoding/binary"
@@ -58,21 +58,7 @@ func keyHash(seed uint64, s string) uint64 {
 	return mix(k2^uint64(n)^seed, mix(lo^k1^seed, hi^h))
 }
 
-// Seed is the engine's key seed, for a snapshot.
+// Seed is the engine's key seed, for a snapshot; never 0. A new engine given
+// it (Options.Seed) hashes keys as this one does, so it can restore this
+// one's buckets.
 func (e *Engine) Seed() uint64 { return e.seed }
-
-// SetSeed makes the engine hash keys with the seed a snapshot saved, so its
-// buckets can be restored. It must be called before the engine serves and
-// before any bucket exists: a bucket made under the old seed would never be
-// found again. It reports false, changing nothing, for 0, which no engine
-// uses.
-func (e *Engine) SetSeed(seed uint64) bool {
-	if seed == 0 {
-		return false
-	}
-	e.swapMu.Lock()
-	defer e.swapMu.Unlock()
-	e.seed = seed
-	e.swap(e.cur.Load().set, 0, false)
-	return true
-}

@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"testing"
@@ -13,9 +13,13 @@ const snapYAML = "domain: d\ndescriptors:\n" +
 	"  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n" +
 	"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6}\n"
 
-func snapEngine(t *testing.T, yaml string) *Engine {
+func snapEngine(t *testing.T, yaml string) *Engine { return seededEngine(t, yaml, 0) }
+
+// seededEngine is snapEngine keying with seed (0 for a fresh one), as a
+// restart that restores a snapshot does.
+func seededEngine(t *testing.T, yaml string, seed uint64) *Engine {
 	t.Helper()
-	return NewEngine(mustParse(t, yaml), 1, bucket.NewStore(0))
+	return newEngine(t, mustParse(t, yaml), bucket.NewStore(0), Options{Seed: seed})
 }
 
 func export(e *Engine, now int64) []bucket.Saved {
@@ -53,8 +57,8 @@ func TestSnapshotRestoreRefillsDowntime(t *testing.T) {
 		{300 * time.Millisecond, 3, 0, 2}, // 10/s for 0.3 s; 0.1/s for 0.3 s
 		{20 * time.Second, 10, 2, 1},      // ip refilled (not restored), user 2 of 6
 	} {
-		b := snapEngine(t, snapYAML)
-		if !b.SetSeed(a.Seed()) {
+		b := seededEngine(t, snapYAML, a.Seed())
+		if b.Seed() != a.Seed() {
 			t.Fatal("seed refused")
 		}
 		res := b.Restore(saved, a.Weights(), tc.down, noOverrides, 0)
@@ -77,8 +81,7 @@ func TestSnapshotDropsGoneRules(t *testing.T) {
 	count(t, a, "ip=1.2.3.4", 10, 0)
 	count(t, a, "user=u", 6, 0)
 	saved := export(a, 0)
-	b := snapEngine(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 20}\n")
-	b.SetSeed(a.Seed())
+	b := seededEngine(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 20}\n", a.Seed())
 	res := b.Restore(saved, a.Weights(), 0, noOverrides, 0)
 	if res.Kept != 1 || res.Gone != 1 {
 		t.Fatalf("%+v, want ip's kept (its limit changed) and user's gone", res)
@@ -103,19 +106,18 @@ func TestSnapshotNeedsTheSeed(t *testing.T) {
 	if got := count(t, b, "ip=1.2.3.4", 20, 0); got != 10 {
 		t.Fatalf("under another seed the key admitted %d, want a fresh 10", got)
 	}
-	if b.SetSeed(0) {
-		t.Fatal("seed 0 accepted")
+	if b.Seed() == 0 || b.Seed() == a.Seed() {
+		t.Fatalf("an engine given no seed keys with %x (the other's is %x)", b.Seed(), a.Seed())
 	}
 }
 
 // A weight that changed between save and restore: the fill ratio carries
 // over, as a re-division does; the downtime refills at the old weight.
 func TestSnapshotAcrossWeights(t *testing.T) {
-	a := NewEngine(mustParse(t, snapYAML), 0.5, bucket.NewStore(0))
+	a := newEngine(t, mustParse(t, snapYAML), bucket.NewStore(0), Options{Weight: 0.5})
 	count(t, a, "ip=1.2.3.4", 10, 0) // 5 of 5
 	saved := export(a, 0)
-	b := NewEngine(mustParse(t, snapYAML), 0.25, bucket.NewStore(0))
-	b.SetSeed(a.Seed())
+	b := newEngine(t, mustParse(t, snapYAML), bucket.NewStore(0), Options{Weight: 0.25, Seed: a.Seed()})
 	// Down 0.2 s at 5/s: 1 token of 5, fill 0.2; at 0.25 (2.5 tokens) that is 0.5.
 	b.Restore(saved, a.Weights(), 200*time.Millisecond, noOverrides, 0)
 	if got := count(t, b, "ip=1.2.3.4", 10, 0); got != 0 {
@@ -139,8 +141,7 @@ func TestSnapshotSavesHotDebt(t *testing.T) {
 	if len(saved) != 1 || saved[0].Group != uint16(d.DomainGroup()) || saved[0].Fill > 1e-9 {
 		t.Fatalf("saved %+v, want one empty bucket in the domain's group", saved)
 	}
-	b, _ := hotRig(t)
-	b.SetSeed(e.Seed())
+	b, _ := hotRigWith(t, Options{Weight: 0.25, Seed: e.Seed()})
 	if res := b.Restore(saved, e.Weights(), 0, noOverrides, 0); res.Kept != 1 {
 		t.Fatalf("%+v", res)
 	}
@@ -156,8 +157,7 @@ func TestSnapshotOverrides(t *testing.T) {
 	ov := &commonv3.RateLimitDescriptor{Entries: entries("ip=9.9.9.9"), Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: 1}}
 	admitted(t, a, "d", ov, 3, 0)
 	saved := export(a, 0)
-	b := snapEngine(t, snapYAML)
-	b.SetSeed(a.Seed())
+	b := seededEngine(t, snapYAML, a.Seed())
 	if res := b.Restore(saved, a.Weights(), 0, func(g uint16) (uint16, bool) { return g, true }, 0); res.Kept != 1 {
 		t.Fatalf("%+v", res)
 	}

@@ -1,8 +1,9 @@
-package descriptors
+package engine
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"math"
 	"strings"
 	"sync"
@@ -15,12 +16,12 @@ import (
 
 // twoDomains is one limit of 100 a second in each of domains a and b, and a
 // share: replica guard of 10 in a.
-func twoDomains(t *testing.T) *Set {
+func twoDomains(t *testing.T) *descriptors.Set {
 	t.Helper()
-	set, err := Compile(
-		File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n" +
+	set, err := descriptors.Compile(
+		descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n" +
 			"  - key: guard\n    rate_limit: {unit: second, requests_per_unit: 10, share: replica}\n")},
-		File{Name: "b.yaml", Data: []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n")},
+		descriptors.File{Name: "b.yaml", Data: []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n")},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -46,11 +47,8 @@ func admitted(t *testing.T, e *Engine, domain string, d *commonv3.RateLimitDescr
 }
 
 func TestGroupsDivideTheirOwnDomains(t *testing.T) {
-	e := NewEngine(twoDomains(t), 0.5, bucket.NewStore(0))
-	g, err := e.AddGroup([]string{"b"}, 0.25)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, twoDomains(t), bucket.NewStore(0), Options{Weight: 0.5, Groups: []Group{{Domains: []string{"b"}, Weight: 0.25}}})
+	g := DefaultGroup + 1
 	if e.DomainGroup("a") != DefaultGroup || e.DomainGroup("b") != g || e.DomainGroup("unknown") != DefaultGroup {
 		t.Fatalf("groups: a=%d b=%d unknown=%d, added %d", e.DomainGroup("a"), e.DomainGroup("b"), e.DomainGroup("unknown"), g)
 	}
@@ -93,9 +91,9 @@ func TestGroupsDivideTheirOwnDomains(t *testing.T) {
 	}
 }
 
-func TestAddGroupRefuses(t *testing.T) {
-	e := NewEngine(twoDomains(t), 1, bucket.NewStore(0))
-	if _, err := e.AddGroup([]string{"b"}, 0.5); err != nil {
+func TestNewRefusesBadGroups(t *testing.T) {
+	b := Group{Domains: []string{"b"}, Weight: 0.5}
+	if _, err := New(twoDomains(t), bucket.NewStore(0), Options{Groups: []Group{b}}); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct {
@@ -110,20 +108,30 @@ func TestAddGroupRefuses(t *testing.T) {
 		"weight not number":  {[]string{"c"}, math.NaN()},
 		"weight is negative": {[]string{"c"}, -1},
 	} {
-		if _, err := e.AddGroup(c.domains, c.w); !errors.Is(err, ErrGroup) {
+		e, err := New(twoDomains(t), bucket.NewStore(0), Options{Groups: []Group{b, {Domains: c.domains, Weight: c.w}}})
+		if !errors.Is(err, ErrGroup) || e != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if e.DomainGroup("c") != DefaultGroup {
-		t.Error("a refused group moved its domain")
-	}
-	// The cap, at cap + 1: two groups exist (default and b).
-	for i := 2; i < MaxGroups; i++ {
-		if _, err := e.AddGroup([]string{fmt.Sprint("d", i)}, 1); err != nil {
-			t.Fatalf("group %d: %v", i, err)
+	for _, w := range []float64{-1, 1.5, math.NaN()} {
+		if _, err := New(twoDomains(t), bucket.NewStore(0), Options{Weight: w}); !errors.Is(err, ErrGroup) {
+			t.Errorf("default weight %v: %v", w, err)
 		}
 	}
-	if _, err := e.AddGroup([]string{"one-too-many"}, 1); !errors.Is(err, ErrGroup) {
+	// The cap, at cap + 1: the default group and b exist beside these.
+	groups := []Group{b}
+	for i := 3; i <= MaxGroups; i++ {
+		groups = append(groups, Group{Domains: []string{fmt.Sprint("d", i)}, Weight: 1})
+	}
+	e, err := New(twoDomains(t), bucket.NewStore(0), Options{Groups: groups})
+	if err != nil {
+		t.Fatalf("%d groups: %v", MaxGroups, err)
+	}
+	if g := e.DomainGroup(fmt.Sprint("d", MaxGroups)); g != MaxGroups {
+		t.Fatalf("the last group is %d, want %d", g, MaxGroups)
+	}
+	groups = append(groups, Group{Domains: []string{"one-too-many"}, Weight: 1})
+	if _, err := New(twoDomains(t), bucket.NewStore(0), Options{Groups: groups}); !errors.Is(err, ErrGroup) {
 		t.Fatalf("group %d: %v", MaxGroups+1, err)
 	}
 }
@@ -132,13 +140,10 @@ func TestAddGroupRefuses(t *testing.T) {
 // weight, a bucket that is not yet full looks full and is dropped: it would
 // come back full, a fresh burst.
 func TestSweepJudgesEachGroupByItsOwnWeight(t *testing.T) {
-	e := NewEngine(twoDomains(t), 1, bucket.NewStore(0))
 	// b's share: B·w = 0.1, floored at 1 token, refilling 0.1/s: a tenth of
 	// itself a second. At the default weight, 1, it would refill whole in 1 s.
-	g, err := e.AddGroup([]string{"b"}, 0.001)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, twoDomains(t), bucket.NewStore(0), Options{Groups: []Group{{Domains: []string{"b"}, Weight: 0.001}}})
+	g := e.DomainGroup("b")
 	if got := admitted(t, e, "b", desc("k=x"), 5, 0); got != 1 {
 		t.Fatalf("admitted %d", got)
 	}
@@ -156,10 +161,15 @@ func TestSweepJudgesEachGroupByItsOwnWeight(t *testing.T) {
 	}
 }
 
-// Groups added while requests are decided and weights change: under -race,
-// nothing is read unsafely, and no domain's buckets see another's weight.
+// Groups re-divided and sets swapped while requests are decided: under
+// -race, nothing is read unsafely, and no domain's buckets see another's
+// weight.
 func TestGroupsConcurrent(t *testing.T) {
-	e := NewEngine(twoDomains(t), 1, bucket.NewStore(0))
+	var groups []Group
+	for i := range 20 {
+		groups = append(groups, Group{Domains: []string{fmt.Sprint("x", i)}, Weight: 0.5})
+	}
+	e := newEngine(t, twoDomains(t), bucket.NewStore(0), Options{Groups: groups})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for _, dom := range []string{"a", "b"} {
@@ -182,10 +192,7 @@ func TestGroupsConcurrent(t *testing.T) {
 	}
 	var gs []int
 	for i := range 20 {
-		g, err := e.AddGroup([]string{fmt.Sprint("x", i)}, 0.5)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := e.DomainGroup(fmt.Sprint("x", i))
 		gs = append(gs, g)
 		e.SetGroupWeight(g, 0.25, int64(i))
 		e.Swap(twoDomains(t))
@@ -208,7 +215,7 @@ func TestGroupsConcurrent(t *testing.T) {
 // (TestReloadNewRule).
 func TestShareChangeIsANewBucket(t *testing.T) {
 	cluster := "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
-	e := NewEngine(mustParse(t, cluster), 0.5, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, cluster), bucket.NewStore(0), Options{Weight: 0.5})
 	if got := admitted(t, e, "a", desc("k=x"), 20, 0); got != 5 {
 		t.Fatalf("cluster share admitted %d", got)
 	}

@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ const snapBenchConfig = "domain: edge\ndescriptors:\n  - key: remote_address\n  
 // liveEngine is an engine holding n live, non-full buckets.
 func liveEngine(b *testing.B, n int) *Engine {
 	b.Helper()
-	e := NewEngine(mustParse(b, snapBenchConfig), 1, bucket.NewStore(n+n/50))
+	e := newEngine(b, mustParse(b, snapBenchConfig), bucket.NewStore(n+n/50), Options{})
 	d := desc("remote_address=")
 	var dec Decision
 	for i := range n {
@@ -52,8 +52,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 	b.Run("restore", func(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
-			r := NewEngine(mustParse(b, snapBenchConfig), 1, bucket.NewStore(n+n/50))
-			r.SetSeed(e.Seed())
+			r := newEngine(b, mustParse(b, snapBenchConfig), bucket.NewStore(n+n/50), Options{Seed: e.Seed()})
 			b.StartTimer()
 			if res := r.Restore(saved, e.Weights(), time.Second, noOverrides, 0); res.Kept != n {
 				b.Fatalf("%+v", res)

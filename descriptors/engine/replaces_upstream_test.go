@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 // A randomized differential of replaces, unlimited, quota_mode
 // (per rule and global) and shadow_mode against upstream's
@@ -7,6 +7,7 @@ package descriptors
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestReplacesAgainstUpstreamsModel(t *testing.T) {
 			rules[r.key] = r
 			b.WriteString(r.yaml())
 		}
-		set, err := Compile(File{Name: "rv.yaml", Data: []byte(b.String())})
+		set, err := descriptors.Compile(descriptors.File{Name: "rv.yaml", Data: []byte(b.String())})
 		if err != nil {
 			t.Fatalf("compile:\n%s\n%v", b.String(), err)
 		}
@@ -135,8 +136,7 @@ func TestReplacesAgainstUpstreamsModel(t *testing.T) {
 				kvs[i] = req[i] + "=v"
 			}
 			for _, gq := range []bool{false, true} {
-				e := NewEngine(set, 1, bucket.NewStore(0))
-				e.SetQuotaMode(gq)
+				e := newEngine(t, set, bucket.NewStore(0), Options{QuotaMode: gq})
 				sts, code, err := decide(e, "rv", descsOf(kvs), 0, 0, nil)
 				if err != nil {
 					t.Fatal(err)

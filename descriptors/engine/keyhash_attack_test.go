@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"encoding/binary"

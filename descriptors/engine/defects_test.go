@@ -1,6 +1,7 @@
-package descriptors
+package engine
 
 import (
+	"github.com/sharelimit/sharelimit/descriptors"
 	"runtime"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 10}
 `)
-	e := NewEngine(set, 1, bucket.NewStore(maxBuckets))
+	e := newEngine(t, set, bucket.NewStore(maxBuckets), Options{})
 	ordinary := func(ip string) Code {
 		t.Helper()
 		_, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}}}, 1, 0, nil)
@@ -110,12 +111,12 @@ descriptors:
 // TestOverridesShareOneOverflowBucketPerLimit: past the cap, overrides share
 // one overflow bucket per (domain, limit), whatever their entries.
 func TestOverridesShareOneOverflowBucketPerLimit(t *testing.T) {
-	e := NewEngine(mustParse(t, `
+	e := newEngine(t, mustParse(t, `
 domain: d
 descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 10}
-`), 1, bucket.NewStore(100))
+`), bucket.NewStore(100), Options{})
 	admitted := map[uint32]int{}
 	for i := range 5000 {
 		for _, rpu := range []uint32{3, 4} {
@@ -196,12 +197,12 @@ descriptors:
 // TestOversizedWaitDrawIsOverLimitAtOnce: hits above the bucket size can never
 // be served, so a wait rule answers OVER_LIMIT at once instead of reserving.
 func TestOversizedWaitDrawIsOverLimitAtOnce(t *testing.T) {
-	e := NewEngine(mustParse(t, `
+	e := newEngine(t, mustParse(t, `
 domain: d
 descriptors:
   - key: wait
     rate_limit: {unit: second, requests_per_unit: 1000, burst: 2, policy: wait, max_wait: 15ms}
-`), 1, bucket.NewStore(0))
+`), bucket.NewStore(0), Options{})
 	out, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: entries("wait=a"), HitsAddend: wrapperspb.UInt64(3)}}, 0, 0, nil)
 	if err != nil || code != OverLimit || out[0].Wait != 0 {
 		t.Fatalf("code %v wait %v err %v", code, out[0].Wait, err)
@@ -214,7 +215,7 @@ descriptors:
 // TestOverrideWindowTooLong: unit × unit_multiplier past ten years would wrap
 // the window negative and block everything; it is bad input instead.
 func TestOverrideWindowTooLong(t *testing.T) {
-	e := NewEngine(mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), bucket.NewStore(0), Options{})
 	for _, tc := range []struct {
 		unit typev3.RateLimitUnit
 		mult uint32
@@ -238,13 +239,13 @@ func TestOverrideWindowTooLong(t *testing.T) {
 // TestDomainsNeverShareBuckets: domain "a.b" with key "c" and domain "a" with
 // key "b.c" have the same dotted path; their buckets must still be their own.
 func TestDomainsNeverShareBuckets(t *testing.T) {
-	set, err := Compile(
-		File{Name: "a.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")},
-		File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
+	set, err := descriptors.Compile(
+		descriptors.File{Name: "a.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")},
+		descriptors.File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEngine(set, 1, bucket.NewStore(0))
+	e := newEngine(t, set, bucket.NewStore(0), Options{})
 	for range 3 {
 		decide(e, "a", []*commonv3.RateLimitDescriptor{desc("b.c=x")}, 1, 0, nil)
 	}

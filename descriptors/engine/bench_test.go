@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
@@ -36,12 +36,15 @@ func ipValues(n int) []string {
 	return out
 }
 
-func benchEngine(b *testing.B) *Engine {
+func benchEngine(b *testing.B) *Engine { return benchEngineWith(b, Options{Weight: 0.25}) }
+
+// benchEngineWith is benchEngine built with opts.
+func benchEngineWith(b *testing.B, opts Options) *Engine {
 	set := mustParse(b, benchConfig)
 	if set.Len() != 4 {
 		b.Fatalf("fixture has %d rules", set.Len())
 	}
-	return NewEngine(set, 0.25, bucket.NewStore(0))
+	return newEngine(b, set, bucket.NewStore(0), opts)
 }
 
 // mustMatch guards the benchmark against a fixture that matches nothing: a
@@ -96,11 +99,10 @@ func BenchmarkDecidePerValue100k(b *testing.B) { benchPerValue(b, false) }
 func BenchmarkDecidePerValueDemand100k(b *testing.B) { benchPerValue(b, true) }
 
 func benchPerValue(b *testing.B, demand bool) {
-	e := benchEngine(b)
+	e := benchEngineWith(b, Options{Weight: 0.25, DemandAll: demand})
 	clock := monotime.New()
 	ips := ipValues(100_000)
 	if demand {
-		e.SetShareMode(true)
 		var d *DemandRule
 		for _, x := range e.DemandRules() {
 			if x.Rule.Path() == "edge.remote_address" {

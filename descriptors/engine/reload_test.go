@@ -1,7 +1,8 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -60,7 +61,7 @@ func TestReloadKeepsFillRatio(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := NewEngine(mustParse(t, oneRule("k", tc.old)), 1, bucket.NewStore(0))
+			e := newEngine(t, mustParse(t, oneRule("k", tc.old)), bucket.NewStore(0), Options{})
 			if got := admitted(t, e, "d", desc("k=x"), tc.drain, 0); got != tc.drain {
 				t.Fatalf("drained %d of %d", got, tc.drain)
 			}
@@ -77,7 +78,7 @@ func TestReloadKeepsFillRatio(t *testing.T) {
 // sweeper: dropped, it would come back full.
 func TestReloadSweepJudgesAtTheNewLimit(t *testing.T) {
 	t.Parallel()
-	e := NewEngine(mustParse(t, oneRule("k", "unit: second, requests_per_unit: 10")), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, oneRule("k", "unit: second, requests_per_unit: 10")), bucket.NewStore(0), Options{})
 	admitted(t, e, "d", desc("k=x"), 10, 0)
 	e.SwapAt(mustParse(t, oneRule("k", "unit: minute, requests_per_unit: 10")), 500*ms)
 	e.Sweep(2000 * ms) // full by now at 10/s; not at 10/min
@@ -93,7 +94,7 @@ func TestReloadSweepJudgesAtTheNewLimit(t *testing.T) {
 func TestReloadUntouchedAcrossTwoReloads(t *testing.T) {
 	t.Parallel()
 	fast, slow := "unit: second, requests_per_unit: 10", "unit: minute, requests_per_unit: 10"
-	e := NewEngine(mustParse(t, oneRule("k", fast)), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, oneRule("k", fast)), bucket.NewStore(0), Options{})
 	admitted(t, e, "d", desc("k=x"), 10, 0)
 	e.SwapAt(mustParse(t, oneRule("k", slow)), 100*ms)
 	e.SwapAt(mustParse(t, oneRule("k", fast)), 200*ms)
@@ -107,7 +108,7 @@ func TestReloadUntouchedAcrossTwoReloads(t *testing.T) {
 // reload, as a debt of the same share of the bucket.
 func TestReloadKeepsWaitDebt(t *testing.T) {
 	t.Parallel()
-	e := NewEngine(mustParse(t, oneRule("k", "unit: second, requests_per_unit: 10, policy: wait, max_wait: 1s")), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, oneRule("k", "unit: second, requests_per_unit: 10, policy: wait, max_wait: 1s")), bucket.NewStore(0), Options{})
 	if got := admitted(t, e, "d", desc("k=x"), 15, 0); got != 15 {
 		t.Fatalf("admitted %d of 10 and 5 reserved", got)
 	}
@@ -127,7 +128,7 @@ func TestReloadKeepsOverflowBucket(t *testing.T) {
 	t.Parallel()
 	// A cap of 8 keeps 2 places for overflow buckets: six keys fill the
 	// rest.
-	e := NewEngine(mustParse(t, oneRule("ip", "unit: second, requests_per_unit: 10")), 1, bucket.NewStore(8))
+	e := newEngine(t, mustParse(t, oneRule("ip", "unit: second, requests_per_unit: 10")), bucket.NewStore(8), Options{})
 	for _, ip := range []string{"a", "b", "c", "d", "e", "f"} {
 		admitted(t, e, "d", desc("ip="+ip), 1, 0)
 	}
@@ -178,7 +179,7 @@ func TestReloadNewRule(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := NewEngine(mustParse(t, tc.steps[0]), 1, bucket.NewStore(0))
+			e := newEngine(t, mustParse(t, tc.steps[0]), bucket.NewStore(0), Options{})
 			at := int64(0)
 			for _, step := range tc.steps[1:] {
 				at += 500 * ms
@@ -203,7 +204,7 @@ func TestReloadNewRule(t *testing.T) {
 func TestReloadRenameAndBack(t *testing.T) {
 	t.Parallel()
 	lim := "unit: second, requests_per_unit: 100"
-	e := NewEngine(mustParse(t, oneRule("a", lim)), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, oneRule("a", lim)), bucket.NewStore(0), Options{})
 	admitted(t, e, "d", desc("a=x"), 100, 0)
 	e.SwapAt(mustParse(t, oneRule("b", lim)), 0)
 	if got := admitted(t, e, "d", desc("b=x"), 200, 500*ms); got != 50 {
@@ -222,7 +223,7 @@ func TestReloadRenameAndBack(t *testing.T) {
 func TestReloadKeepsDemandState(t *testing.T) {
 	t.Parallel()
 	const hot = "  - key: hot\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n"
-	e := NewEngine(mustParse(t, "domain: a\ndescriptors:\n"+hot), 0.25, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, "domain: a\ndescriptors:\n"+hot), bucket.NewStore(0), Options{Weight: 0.25})
 	d := demandOf(t, e, "a.hot_x")
 	if got := admitted(t, e, "a", desc("hot=x"), 100, 0); got != 25 {
 		t.Fatalf("admitted %d of the equal share's 25", got)
@@ -260,8 +261,7 @@ func TestRestoreUnderChangedLimit(t *testing.T) {
 			a := snapEngine(t, oneRule("ip", tc.old))
 			admitted(t, a, "d", desc("ip=1.2.3.4"), 100, 0)
 			saved := export(a, 0)
-			b := snapEngine(t, oneRule("ip", tc.new))
-			b.SetSeed(a.Seed())
+			b := seededEngine(t, oneRule("ip", tc.new), a.Seed())
 			if res := b.Restore(saved, a.Weights(), tc.down, noOverrides, 0); res.Kept != 1 {
 				t.Fatalf("%+v, want the bucket kept", res)
 			}
@@ -326,7 +326,7 @@ func TestReloadsNeverOpenTheCap(t *testing.T) {
 			return name, rl, b, float64(rpu) / secs / b
 		}
 		name, rl, size, ratio := variant()
-		e := NewEngine(mustParse(t, oneRule(name, rl)), 1, bucket.NewStore(0))
+		e := newEngine(t, mustParse(t, oneRule(name, rl)), bucket.NewStore(0), Options{})
 		periods := []period{{0, ratio}}
 		var draws []draw
 		now := int64(0)
@@ -410,12 +410,12 @@ func TestReloadsUnderConcurrentDraws(t *testing.T) {
 		oneRule("b", "unit: second, requests_per_unit: 300"),
 		oneRule("a", "unit: minute, requests_per_unit: 300, policy: wait, max_wait: 10ms"),
 	}
-	sets := make([]*Set, len(limits))
+	sets := make([]*descriptors.Set, len(limits))
 	for i, l := range limits {
 		sets[i] = mustParse(t, l)
 	}
 	for trial := range 8 {
-		e := NewEngine(sets[0], 1, bucket.NewStore(0))
+		e := newEngine(t, sets[0], bucket.NewStore(0), Options{})
 		now := int64(trial) * int64(time.Hour)
 		e.SwapAt(sets[0], now) // a reload at now, so the renames ramp
 		var wg sync.WaitGroup

@@ -1,7 +1,8 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
+	"github.com/sharelimit/sharelimit/descriptors"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -11,9 +12,9 @@ import (
 
 // demandSet is a share: demand limit of 100 a second, a cluster-shared fixed
 // limit of 100 and a per-client limit of 100, all in domain a.
-func demandSet(t *testing.T, extra string) *Set {
+func demandSet(t *testing.T, extra string) *descriptors.Set {
 	t.Helper()
-	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
 		"  - key: hot\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 100, share: demand}\n" +
 		"  - key: fixed\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 100}\n" +
 		"  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100}\n" + extra)})
@@ -37,7 +38,7 @@ func demandOf(t *testing.T, e *Engine, path string) *DemandRule {
 // a group of its own, which starts at its domain's weight (the equal share)
 // and which only it follows; its meter counts what it was asked and gave.
 func TestDemandRuleHasItsOwnGroup(t *testing.T) {
-	e := NewEngine(demandSet(t, ""), 0.25, bucket.NewStore(0))
+	e := newEngine(t, demandSet(t, ""), bucket.NewStore(0), Options{Weight: 0.25})
 	d := demandOf(t, e, "a.hot_x")
 	if d == nil || len(e.DemandRules()) != 1 {
 		t.Fatalf("demand rules: %v", e.DemandRules())
@@ -76,8 +77,7 @@ func TestDemandRuleHasItsOwnGroup(t *testing.T) {
 // demand, per-value ones value by value, and leaves share: replica limits
 // alone; a per-value rule's values keep the equal share until they are hot.
 func TestShareModeDemand(t *testing.T) {
-	e := NewEngine(demandSet(t, "  - key: guard\n    value: g\n    rate_limit: {unit: second, requests_per_unit: 10, share: replica}\n"), 0.5, bucket.NewStore(0))
-	e.SetShareMode(true)
+	e := newEngine(t, demandSet(t, "  - key: guard\n    value: g\n    rate_limit: {unit: second, requests_per_unit: 10, share: replica}\n"), bucket.NewStore(0), Options{Weight: 0.5, DemandAll: true})
 	var paths []string
 	for _, b := range e.DemandRules() {
 		paths = append(paths, b.Rule.Path())
@@ -99,13 +99,13 @@ func TestShareModeDemand(t *testing.T) {
 // TestDemandWaitGiveBack: a wait-policy draw given back when the request is
 // refused anyway is not counted as admitted.
 func TestDemandWaitGiveBack(t *testing.T) {
-	set, err := Compile(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
+	set, err := descriptors.Compile(descriptors.File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n" +
 		"  - key: w\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 10, share: demand, policy: wait, max_wait: 500ms}\n" +
 		"  - key: stop\n    value: x\n    rate_limit: {unit: second, requests_per_unit: 0}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEngine(set, 1, bucket.NewStore(0))
+	e := newEngine(t, set, bucket.NewStore(0), Options{})
 	d := demandOf(t, e, "a.w_x")
 	if got := admitted(t, e, "a", desc("w=x"), 10, 0); got != 10 {
 		t.Fatalf("a fresh bucket of 10 admitted %d", got)
@@ -126,12 +126,11 @@ func TestDemandWaitGiveBack(t *testing.T) {
 // TestDemandGroupsRunOut: when no group is left, a demand rule is divided by
 // its domain's group, for the engine's life, never by no group.
 func TestDemandGroupsRunOut(t *testing.T) {
-	e := NewEngine(Empty(), 0.5, bucket.NewStore(0))
-	for i := int(e.groups.Load()); i <= MaxGroups; i++ {
-		if _, err := e.AddGroup([]string{fmt.Sprintf("other%d", i)}, 1); err != nil {
-			t.Fatal(err)
-		}
+	var groups []Group
+	for i := DefaultGroup + 1; i <= MaxGroups; i++ {
+		groups = append(groups, Group{Domains: []string{fmt.Sprintf("other%d", i)}, Weight: 1})
 	}
+	e := newEngine(t, descriptors.Empty(), bucket.NewStore(0), Options{Weight: 0.5, Groups: groups})
 	e.Swap(demandSet(t, ""))
 	if n := len(e.DemandRules()); n != 0 {
 		t.Fatalf("%d demand rules bound with no group left", n)

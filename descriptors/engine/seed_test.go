@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"fmt"
@@ -84,21 +84,20 @@ func abs(x float64) float64 {
 // An engine given a saved seed keys its buckets as the one that saved it.
 func TestEngineSeedRestored(t *testing.T) {
 	set := mustParse(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
-	a := NewEngine(set, 1, nil)
-	b := NewEngine(set, 1, nil)
+	a := newEngine(t, set, nil, Options{})
+	b := newEngine(t, set, nil, Options{})
 	entries := desc("ip=10.0.0.1").Entries
 	r := set.Match("d", entries)
-	ka, kb := a.ruleKey(a.cur.Load(), r, entries), b.ruleKey(b.cur.Load(), r, entries)
+	key := func(e *Engine) uint64 { return e.ruleKey(&e.cur.Load().rules[r.ID()], entries) }
+	ka, kb := key(a), key(b)
 	if ka == kb {
 		t.Fatal("two engines share a seed")
 	}
-	if !b.SetSeed(a.Seed()) {
-		t.Fatal("SetSeed refused a valid seed")
+	c := newEngine(t, set, nil, Options{Seed: a.Seed()})
+	if kc := key(c); kc != ka || c.Seed() != a.Seed() {
+		t.Fatalf("given the seed: key %x, want %x", kc, ka)
 	}
-	if kb = b.ruleKey(b.cur.Load(), r, entries); kb != ka {
-		t.Fatalf("after SetSeed: key %x, want %x", kb, ka)
-	}
-	if b.SetSeed(0) {
-		t.Fatal("seed 0 accepted")
+	if b.Seed() == 0 {
+		t.Fatal("an engine keys with seed 0")
 	}
 }

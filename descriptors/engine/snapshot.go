@@ -1,9 +1,10 @@
-package descriptors
+package engine
 
 import (
 	"math"
 	"time"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -43,10 +44,7 @@ func (e *Engine) Weights() []float64 {
 // bucket.Store.Export, which it runs shard by shard. Buckets of hot values
 // are not emitted; their debt goes with the value's usual bucket.
 func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
-	ws := make([]*bucket.Weight, e.groups.Load())
-	for i := range ws {
-		ws[i] = e.weights[i].Load()
-	}
+	ws := e.weightEpochs()
 	e.swapMu.Lock()
 	for _, g := range e.freeGroups {
 		ws[g] = nil // what is left in them is orphaned
@@ -113,8 +111,8 @@ type Restored struct {
 // it was saved under keeps its fill ratio and refills the downtime at the
 // slower of the two limits, as across a reload (Swap). A bucket of a
 // request's own limit (tag 0) has no rule to ask: groupOf maps its saved
-// group to today's, false dropping it. Call it before the engine serves,
-// after SetSeed and the first Swap.
+// group to today's, false dropping it. Call it before the engine serves, on
+// an engine made with the snapshot's seed (Options.Seed) and its rules.
 func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
 	return e.restore(e.cur.Load(), saved, savedW, elapsed, groupOf, now)
 }
@@ -123,32 +121,43 @@ func (e *Engine) Restore(saved []bucket.Saved, savedW []float64, elapsed time.Du
 // before they are: a source that installs its first rules while the daemon
 // serves (xDS with --force-start-without-initial-config) restores their
 // buckets before any request can reach them.
-func (e *Engine) RestoreFor(set *Set, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
+func (e *Engine) RestoreFor(set *descriptors.Set, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
 	e.swapMu.Lock()
 	in := e.prepare(set)
 	e.swapMu.Unlock()
 	return e.restore(in, saved, savedW, elapsed, groupOf, now)
 }
 
-func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
-	type target struct {
-		group uint16
-		p     bucket.Params
-	}
+// target is where a saved bucket of a tag can go: a rule's group and
+// figures.
+type target struct {
+	group uint16
+	p     bucket.Params
+}
+
+// targets are the targets of in's rules that draw, by tag.
+func targets(in *installed) map[uint16][]target {
 	byTag := map[uint16][]target{}
-	for i, r := range in.set.rules {
-		if !r.limit.draws() {
+	for i, r := range in.set.Rules() {
+		l := r.Limit()
+		if !draws(l) {
 			continue
 		}
-		g := in.domains[r.domain].group
+		g := in.domains[r.Domain()].group
 		switch {
-		case r.limit.share == ShareReplica:
+		case l.Share() == descriptors.ShareReplica:
 			g = replicaGroup
 		case in.demand != nil && in.demand[i] != nil:
 			g = in.demand[i].group
 		}
-		byTag[in.tags[i]] = append(byTag[in.tags[i]], target{group: g, p: r.limit.params})
+		tag := in.rules[i].tag
+		byTag[tag] = append(byTag[tag], target{group: g, p: in.rules[i].params})
 	}
+	return byTag
+}
+
+func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, elapsed time.Duration, groupOf func(uint16) (uint16, bool), now int64) Restored {
+	byTag := targets(in)
 	var res Restored
 	secs := max(elapsed.Seconds(), 0)
 	for _, b := range saved {
@@ -158,31 +167,7 @@ func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, 
 		if b.Tag == 0 {
 			g, ok = groupOf(b.Group)
 		} else {
-			// Two rules can share a tag (16 bits): a bucket saved under
-			// share: replica goes only to such a rule, and among the
-			// others the one whose group weighs least takes it, at the
-			// slowest of their limits, which is tighter whichever was
-			// meant.
-			var cur bucket.Params
-			for _, t := range byTag[b.Tag] {
-				if (t.group == replicaGroup) != (b.Group == replicaGroup) {
-					continue
-				}
-				if !ok {
-					cur = t.p
-				}
-				cur = bucket.Slower(&cur, &t.p)
-				if !ok || e.weights[t.group].Load().W < e.weights[g].Load().W {
-					g, ok = t.group, true
-				}
-			}
-			if ok {
-				// The downtime refills at the slower of the limit it was
-				// saved under and the one in force; from now on it lives
-				// by the one in force.
-				slow := bucket.Slower(&p, &cur)
-				p, b.Rate, b.Size = slow, float32(cur.Rate), float32(cur.Size)
-			}
+			g, ok = e.retarget(&b, &p, byTag[b.Tag])
 		}
 		fill := b.Fill
 		if int(b.Group) < len(savedW) {
@@ -208,4 +193,32 @@ func (e *Engine) restore(in *installed, saved []bucket.Saved, savedW []float64, 
 		res.Kept++
 	}
 	return res
+}
+
+// retarget finds the group of saved bucket b among the targets of its tag,
+// false for none. Two rules can share a tag (16 bits): a bucket saved under
+// share: replica goes only to such a rule, and among the others the one
+// whose group weighs least takes it, at the slowest of their limits, which
+// is tighter whichever was meant. It sets p, the figures b's downtime
+// refills at, to the slower of those it was saved under (p on entry) and
+// those in force, and b's to those in force, which it lives by from now on.
+func (e *Engine) retarget(b *bucket.Saved, p *bucket.Params, ts []target) (g uint16, ok bool) {
+	var cur bucket.Params
+	for _, t := range ts {
+		if (t.group == replicaGroup) != (b.Group == replicaGroup) {
+			continue
+		}
+		if !ok {
+			cur = t.p
+		}
+		cur = bucket.Slower(&cur, &t.p)
+		if !ok || e.weights[t.group].Load().W < e.weights[g].Load().W {
+			g, ok = t.group, true
+		}
+	}
+	if ok {
+		*p = bucket.Slower(p, &cur)
+		b.Rate, b.Size = float32(cur.Rate), float32(cur.Size)
+	}
+	return g, ok
 }

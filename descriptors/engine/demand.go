@@ -1,9 +1,10 @@
-package descriptors
+package engine
 
 import (
 	"maps"
 	"sync/atomic"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -67,18 +68,8 @@ func (d *DemandRule) stripe(key uint64) *stripe { return &d.meter[(key>>32)%mete
 
 // DemandBinding is a demand rule of the installed set.
 type DemandBinding struct {
-	Rule  *Rule
+	Rule  *descriptors.Rule
 	State *DemandRule
-}
-
-// SetShareMode makes every limit shared by cluster (the default share)
-// shared by demand (demand true), or only those that say share: demand. It must be called before the engine serves: a bucket's group
-// is fixed for its life.
-func (e *Engine) SetShareMode(demand bool) {
-	e.swapMu.Lock()
-	defer e.swapMu.Unlock()
-	e.demandAll.Store(demand)
-	e.swap(e.cur.Load().set, 0, false)
 }
 
 // DemandRules returns the installed set's demand rules, in rule order.
@@ -87,19 +78,19 @@ func (e *Engine) DemandRules() []DemandBinding {
 	var out []DemandBinding
 	for id, d := range in.demand {
 		if d != nil {
-			out = append(out, DemandBinding{Rule: in.set.rules[id], State: d})
+			out = append(out, DemandBinding{Rule: in.set.Rule(id), State: d})
 		}
 	}
 	return out
 }
 
 // sharedByDemand reports whether r's limit is divided by demand.
-func (e *Engine) sharedByDemand(r *Rule) bool {
-	l := r.limit
-	if l == nil || l.unlimited || l.params.Blocked() || (r.PerValue() && e.topKeys.Load() == 0) {
+func (e *Engine) sharedByDemand(r *descriptors.Rule) bool {
+	l := r.Limit()
+	if !draws(l) || (r.PerValue() && e.topKeys == 0) {
 		return false
 	}
-	return l.share == ShareDemand || (l.share == ShareCluster && e.demandAll.Load())
+	return l.Share() == descriptors.ShareDemand || (l.Share() == descriptors.ShareCluster && e.demandAll)
 }
 
 // bindDemand finds or makes the demand state of every demand rule of in. A
@@ -109,47 +100,59 @@ func (e *Engine) sharedByDemand(r *Rule) bool {
 func (e *Engine) bindDemand(in *installed) {
 	var states map[string]*DemandRule
 	old := *e.demandOf.Load()
-	for i, r := range in.set.rules {
+	for i, r := range in.set.Rules() {
 		if !e.sharedByDemand(r) {
 			continue
 		}
-		d, seen := old[r.identity]
+		d, seen := old[r.Identity()]
 		if !seen {
 			if states == nil {
 				states = maps.Clone(old)
 			}
-			dg := in.domains[r.domain].group
-			if r.PerValue() {
-				// Its values that are not hot stay in the domain's group.
-				// Its slots are taken now, all of them, so a value the
-				// service's leader makes hot always finds one: a replica
-				// that could not hold a hot value would enforce its equal
-				// share where the division counted a smaller one.
-				if gs := e.takeGroups(2*int(e.topKeys.Load()), e.weights[dg].Load().W); gs != nil {
-					d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: dg, domainGroup: dg,
-						hot: &hotState{top: &e.topKeys}}
-					for i, g := range gs {
-						d.hot.slots = append(d.hot.slots, hotSlot{group: g})
-						d.hot.free = append(d.hot.free, len(gs)-1-i)
-					}
-				}
-			} else if gs := e.takeGroups(1, e.weights[dg].Load().W); gs != nil {
-				d = &DemandRule{identity: r.identity, rid: ruleIDOf(r.identity), group: gs[0], domainGroup: dg}
-			}
-			states[r.identity] = d
+			d = e.newDemandRule(r, in.domains[r.Domain()].group)
+			states[r.Identity()] = d
 			old = states
 		}
 		if d == nil {
 			continue
 		}
 		if in.demand == nil {
-			in.demand = make([]*DemandRule, len(in.set.rules))
+			in.demand = make([]*DemandRule, len(in.rules))
 		}
 		in.demand[i] = d
 	}
 	if states != nil {
 		e.demandOf.Store(&states)
 	}
+}
+
+// newDemandRule makes the demand state of r, whose domain is in group dg,
+// taking its groups; nil when there are not enough left. Called with swapMu
+// held.
+func (e *Engine) newDemandRule(r *descriptors.Rule, dg uint16) *DemandRule {
+	equal := e.weights[dg].Load().W
+	id := r.Identity()
+	if !r.PerValue() {
+		if gs := e.takeGroups(1, equal); gs != nil {
+			return &DemandRule{identity: id, rid: ruleIDOf(id), group: gs[0], domainGroup: dg}
+		}
+		return nil
+	}
+	// Its values that are not hot stay in the domain's group. Its slots
+	// are taken now, all of them, so a value the service's leader makes
+	// hot always finds one: a replica that could not hold a hot value
+	// would enforce its equal share where the division counted a smaller
+	// one.
+	gs := e.takeGroups(2*e.topKeys, equal)
+	if gs == nil {
+		return nil
+	}
+	d := &DemandRule{identity: id, rid: ruleIDOf(id), group: dg, domainGroup: dg, hot: &hotState{top: e.topKeys}}
+	for i, g := range gs {
+		d.hot.slots = append(d.hot.slots, hotSlot{group: g})
+		d.hot.free = append(d.hot.free, len(gs)-1-i)
+	}
+	return d
 }
 
 // takeGroups returns n groups at weight w: freed ones first, then new ones;
@@ -188,9 +191,10 @@ func (e *Engine) takeGroups(n int, w float64) []uint16 {
 // usual buckets.
 func (e *Engine) releaseGone(in *installed, now int64) {
 	old := *e.demandOf.Load()
-	present := make(map[string]bool, len(in.set.rules))
-	for _, r := range in.set.rules {
-		present[r.identity] = true
+	rules := in.set.Rules()
+	present := make(map[string]bool, len(rules))
+	for _, r := range rules {
+		present[r.Identity()] = true
 	}
 	var states map[string]*DemandRule
 	for id, d := range old {

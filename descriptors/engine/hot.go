@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"math/rand/v2"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sharelimit/sharelimit/descriptors"
 )
 
 // Hot values. A rule with a bucket per value (a per-IP limit, say) is shared
@@ -90,7 +92,7 @@ type hotState struct {
 	mu    sync.Mutex                           // guards what follows, and SetHot
 	slots []hotSlot                            // every slot the rule ever took
 	free  []int                                // indices into slots not in use
-	top   *atomic.Int32                        // the engine's top-keys
+	top   int                                  // the engine's top-keys
 	// cands are the candidates, split by value ID so the cores sampling
 	// different values take different locks; each part is a summary of
 	// its own values.
@@ -114,7 +116,7 @@ func (h *hotState) sample(id uint64, n uint64) {
 	if sh.counts == nil {
 		sh.counts = make(map[uint64]uint64)
 	}
-	sh.add(id, n, shardCapacity(int(h.top.Load())))
+	sh.add(id, n, shardCapacity(h.top))
 }
 
 // shardCapacity is the values one candidate shard holds with top-keys top:
@@ -286,39 +288,25 @@ func (d *DemandRule) Slots() int {
 	return len(d.hot.slots)
 }
 
-// SetDemandTopKeys sets --demand-top-keys: how many values of each per-value
-// rule the service's leader makes hot. Each such rule takes twice as many
-// weight groups, so a value cooling (which waits for its share to grow back
-// to the equal share) never keeps a newly hot one out. 0 leaves per-value
-// rules at their equal shares, as if they were not shared by demand. Like
-// SetShareMode, it must be called before the engine serves, before any rule
-// is installed.
-func (e *Engine) SetDemandTopKeys(n int) {
-	e.swapMu.Lock()
-	defer e.swapMu.Unlock()
-	e.topKeys.Store(int32(min(max(n, 0), MaxTopKeys)))
-	e.swap(e.cur.Load().set, 0, false)
-}
-
 // hotValue resolves value-level demand for a request on per-value demand
-// rule d whose usual bucket is key: the value's HotValue when it is hot,
+// rule d whose usual bucket is key, and whose entries at picks pick it: the value's HotValue when it is hot,
 // else nil, after counting a sample of its n drawn tokens (0 for a check or
 // a give-back) as a candidate.
-func (d *DemandRule) hotValue(r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, key uint64, n float64) *HotValue {
+func (d *DemandRule) hotValue(picks []int, entries []*commonv3.RateLimitDescriptor_Entry, key uint64, n float64) *HotValue {
 	h := d.hot
 	set := h.set.Load()
 	sample := n > 0 && rand.Uint32()%CandidateSampling == 0
 	if (set == nil || len(*set) == 0) && !sample {
 		return nil
 	}
-	id := valueID(d.rid, r, entries)
+	id := valueID(d.rid, picks, entries)
 	if set != nil {
 		if hv := (*set)[id]; hv != nil {
 			if hv.key.Load() == 0 {
 				hv.key.CompareAndSwap(0, key)
 			}
 			if hv.label.Load() == nil {
-				l := valueLabel(r, entries)
+				l := valueLabel(picks, entries)
 				hv.label.CompareAndSwap(nil, &l)
 			}
 			return hv
@@ -333,16 +321,13 @@ func (d *DemandRule) hotValue(r *Rule, entries []*commonv3.RateLimitDescriptor_E
 // ValueID names a value of a per-value rule the same way in every replica:
 // FNV-1a of the rule's RuleID and, at every depth that picks a bucket, the
 // value and a separator byte (0xff, which no UTF-8 text holds).
-func valueID(rid uint64, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+func valueID(rid uint64, picks []int, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
 	for i := 0; i < 8; i++ {
 		h = (h ^ (rid >> (8 * i) & 0xff)) * prime
 	}
-	for i, v := range r.varying {
-		if !v {
-			continue
-		}
+	for _, i := range picks {
 		s := entries[i].Value
 		for j := 0; j < len(s); j++ {
 			h = (h ^ uint64(s[j])) * prime
@@ -354,17 +339,20 @@ func valueID(rid uint64, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry)
 
 // ValueID is the ValueID of the value entries pick for per-value rule r
 // under rule ID rid.
-func ValueID(rid uint64, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
-	return valueID(rid, r, entries)
+func ValueID(rid uint64, r *descriptors.Rule, entries []*commonv3.RateLimitDescriptor_Entry) uint64 {
+	var picks []int
+	for i := range r.Depth() {
+		if r.PicksBucket(i) {
+			picks = append(picks, i)
+		}
+	}
+	return valueID(rid, picks, entries)
 }
 
-// valueLabel is the value entries pick for r, as "key=value, ...".
-func valueLabel(r *Rule, entries []*commonv3.RateLimitDescriptor_Entry) string {
+// valueLabel is the value entries pick at picks, as "key=value, ...".
+func valueLabel(picks []int, entries []*commonv3.RateLimitDescriptor_Entry) string {
 	var b strings.Builder
-	for i, v := range r.varying {
-		if !v {
-			continue
-		}
+	for _, i := range picks {
 		if b.Len() > 0 {
 			b.WriteString(", ")
 		}

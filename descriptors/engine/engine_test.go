@@ -1,4 +1,4 @@
-package descriptors
+package engine
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -52,7 +53,13 @@ type decider struct {
 
 func newDecider(t *testing.T, cfg string, w float64) *decider {
 	t.Helper()
-	return &decider{t: t, e: NewEngine(mustParse(t, cfg), w, bucket.NewStore(0))}
+	return newDeciderWith(t, cfg, Options{Weight: w})
+}
+
+// newDeciderWith is newDecider with an engine built with opts.
+func newDeciderWith(t *testing.T, cfg string, opts Options) *decider {
+	t.Helper()
+	return &decider{t: t, e: newEngine(t, mustParse(t, cfg), bucket.NewStore(0), opts)}
 }
 
 func desc(kvs ...string) *commonv3.RateLimitDescriptor {
@@ -247,7 +254,7 @@ func TestOverride(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	e := NewEngine(mustParse(t, engineConfig), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, engineConfig), bucket.NewStore(0), Options{})
 	many := make([]*commonv3.RateLimitDescriptor, MaxDescriptors+1)
 	for i := range many {
 		many[i] = desc("ip=1")
@@ -290,7 +297,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestUnknownDomainIgnoresOverride(t *testing.T) {
-	e := NewEngine(mustParse(t, engineConfig), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, engineConfig), bucket.NewStore(0), Options{})
 	out, code, err := decide(e, "nope", []*commonv3.RateLimitDescriptor{{Entries: entries("a=b"),
 		Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}}}, 0, 0, nil)
 	if err != nil || code != OK || out[0].Limit != nil {
@@ -346,7 +353,7 @@ func TestWeightChangeAppliesLive(t *testing.T) {
 }
 
 func TestDecideReusesOut(t *testing.T) {
-	e := NewEngine(mustParse(t, engineConfig), 1, bucket.NewStore(0))
+	e := newEngine(t, mustParse(t, engineConfig), bucket.NewStore(0), Options{})
 	buf := make([]Status, 0, 8)
 	descs := []*commonv3.RateLimitDescriptor{desc("ip=1")}
 	allocs := testing.AllocsPerRun(100, func() {
@@ -355,5 +362,28 @@ func TestDecideReusesOut(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per decision on an existing bucket", allocs)
+	}
+}
+
+// TestMergedDomainDecides: a domain merged from two files (the rules'
+// TestMergeDomains) decides with the rule from the file that defines it.
+func TestMergedDomainDecides(t *testing.T) {
+	set, err := compileFilesWith(t, descriptors.CompileOptions{MergeDomains: true}, "../testdata/mergedomain/ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, set, bucket.NewStore(0), Options{})
+	sts, _, err := decide(e, "shop", descs(desc("checkout=x")), 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0].Rule == nil || sts[0].Rule.Pos().File != "../testdata/mergedomain/ok/b.yaml" {
+		t.Fatalf("checkout matched %v, want the rule from b.yaml", sts[0].Rule)
+	}
+	if _, code, _ := decide(e, "shop", descs(desc("checkout=x")), 0, 0, nil); code.String() != "OK" {
+		t.Fatalf("second checkout: %s, want OK (2 per second)", code)
+	}
+	if _, code, _ := decide(e, "shop", descs(desc("checkout=x")), 0, 0, nil); code.String() != "OVER_LIMIT" {
+		t.Fatalf("third checkout: %s, want OVER_LIMIT (2 per second)", code)
 	}
 }
