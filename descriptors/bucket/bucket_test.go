@@ -210,3 +210,37 @@ func TestLocalFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimmedEpochsRefillNoLooser: a bucket idle across more weight changes
+// than are kept must not be refilled, for the forgotten time, at a weight it
+// never had. Under the one-token floor the refill rate follows the weight, so
+// a bucket that lived at w=0.001 and is brought up at w=0.5 once gave 50
+// tokens where its history allows about 5.
+func TestTrimmedEpochsRefillNoLooser(t *testing.T) {
+	for _, changes := range []int{7, 8, 9, 20} {
+		p := &Params{Rate: 10, Size: 100}
+		s := NewStore(0)
+		wt := InitialWeight(0.001) // B·w = 0.1: floored, refills 0.01 of itself a second
+		s.Do(Request{Key: 1, Params: p, Op: Draw, N: 1}, wt, 0)
+		sec := int64(time.Second)
+		for i := range changes {
+			w := 0.5
+			if i%2 == 1 {
+				w = 1
+			}
+			wt = wt.Next(w, 10*sec+int64(i)*int64(time.Millisecond))
+		}
+		now := 10*sec + 30*int64(time.Millisecond)
+		admitted := 0
+		for range 200 {
+			if res, _ := s.Do(Request{Key: 1, Params: p, Op: Draw, N: 1}, wt, now); res.OK {
+				admitted++
+			}
+		}
+		// 10 s at w=0.001 refill 0.1 of the bucket; the last ~30 ms at w ≥ 0.5
+		// add about 0.015: at most 0.12 of a bucket of up to 100, plus one.
+		if admitted > 13 {
+			t.Errorf("%d weight changes: admitted %d, the history allows about 12", changes, admitted)
+		}
+	}
+}

@@ -150,3 +150,33 @@ func TestSweepGroupsKeepsUnknownGroups(t *testing.T) {
 		t.Fatalf("%d live", s.Live())
 	}
 }
+
+// TestOverflowDebtCarriesToANewBucket: a key that drew from its rule's
+// overflow bucket while the store was full must not, once a sweep frees a
+// place, get a full bucket of its own on top: at one instant it got twice its
+// limit.
+func TestOverflowDebtCarriesToANewBucket(t *testing.T) {
+	s := NewStore(4) // reserve 1: three places for keys, one for overflow
+	wt := InitialWeight(1)
+	p := &Params{Rate: 1, Size: 5}
+	const victim, overflow = 99, 1000
+	for k := uint64(1); k <= 3; k++ {
+		s.Do(Request{Key: k, OverflowKey: overflow, Params: p, Op: Draw, N: 1}, wt, 0)
+	}
+	admitted := 0
+	now := int64(time.Second) // the three junk keys are full again
+	for range 10 {
+		if res, _ := s.Do(Request{Key: victim, OverflowKey: overflow, Params: p, Op: Draw, N: 1}, wt, now); res.OK {
+			admitted++
+		}
+	}
+	s.Sweep(wt, now) // frees the junk places: the victim gets its own bucket
+	for range 10 {
+		if res, _ := s.Do(Request{Key: victim, OverflowKey: overflow, Params: p, Op: Draw, N: 1}, wt, now); res.OK {
+			admitted++
+		}
+	}
+	if admitted > 6 {
+		t.Errorf("one key admitted %d at one instant; its bucket allows 5 (+1)", admitted)
+	}
+}

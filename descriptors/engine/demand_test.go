@@ -2,11 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"github.com/sharelimit/sharelimit/descriptors"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 

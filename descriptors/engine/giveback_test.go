@@ -2,16 +2,17 @@ package engine
 
 import (
 	"fmt"
-	"github.com/sharelimit/sharelimit/descriptors"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
@@ -239,4 +240,34 @@ func counts(meters []func() (uint64, uint64)) []uint64 {
 		_, out[i] = m()
 	}
 	return out
+}
+
+// TestWaitIsCancelledWhenTheRequestIsRefused: a wait-policy descriptor next to
+// an over-limit one gives an overall OVER_LIMIT. The answer is not held, and
+// the reserved tokens go back.
+func TestWaitIsCancelledWhenTheRequestIsRefused(t *testing.T) {
+	d := newDecider(t, `
+domain: d
+descriptors:
+  - key: wait
+    rate_limit: {unit: second, requests_per_unit: 100, burst: 1, policy: wait, max_wait: 15ms}
+  - key: block
+    rate_limit: {unit: second, requests_per_unit: 0}
+`, 1)
+	if _, code := d.decide(desc("wait=a")); code != "OK" { // the only token
+		t.Fatal("first draw refused")
+	}
+	out, code := d.decide(desc("wait=a"), desc("block=b"))
+	if code != "OVER_LIMIT" {
+		t.Fatalf("overall %s", code)
+	}
+	if out[0].Wait != 0 {
+		t.Fatalf("a refused request is held for %v", out[0].Wait)
+	}
+	// Had the reservation been kept, this draw would have to wait 20 ms, past
+	// max_wait; with it given back it waits 10 ms.
+	out, code = d.decide(desc("wait=a"))
+	if code != "OK" || out[0].Wait != 10*time.Millisecond {
+		t.Fatalf("after the refused request: %s, wait %v", code, out[0].Wait)
+	}
 }

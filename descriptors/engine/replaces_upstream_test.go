@@ -7,11 +7,11 @@ package engine
 
 import (
 	"fmt"
-	"github.com/sharelimit/sharelimit/descriptors"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 

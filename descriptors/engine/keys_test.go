@@ -7,8 +7,27 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
+
+// TestDomainsNeverShareBuckets: domain "a.b" with key "c" and domain "a" with
+// key "b.c" have the same dotted path; their buckets must still be their own.
+func TestDomainsNeverShareBuckets(t *testing.T) {
+	set, err := descriptors.Compile(
+		descriptors.File{Name: "a.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")},
+		descriptors.File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, set, bucket.NewStore(0), Options{})
+	for range 3 {
+		decide(e, "a", []*commonv3.RateLimitDescriptor{desc("b.c=x")}, 1, 0, nil)
+	}
+	if _, code, _ := decide(e, "a.b", []*commonv3.RateLimitDescriptor{desc("c=x")}, 1, 0, nil); code != OK {
+		t.Error("domain a.b refused on its first request: it shares domain a's bucket")
+	}
+}
 
 // TestKeyFlood sends millions of distinct per-IP keys through the engine with a
 // small --max-buckets: live buckets never pass the cap, the overflow is counted,

@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"github.com/sharelimit/sharelimit/descriptors"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -144,74 +142,6 @@ descriptors:
 	}
 }
 
-// TestOverLimitReportsNothingRemaining: at weight 0.1 a 10/s limit has one
-// local token; with half a token left, a request is OVER_LIMIT and must report
-// limit_remaining 0, as upstream does, not the 5 that half a token ÷ 0.1 makes.
-func TestOverLimitReportsNothingRemaining(t *testing.T) {
-	d := newDecider(t, `
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: second, requests_per_unit: 10}
-`, 0.1)
-	if out, code := d.decide(desc("k=v")); code != "OK" || out[0].Remaining != 0 {
-		t.Fatalf("first draw: %s remaining %d", code, out[0].Remaining)
-	}
-	d.now += int64(500 * time.Millisecond) // half a token back: 0.5 ÷ 0.1 = 5 "remaining"
-	out, code := d.decide(desc("k=v"))
-	if code != "OVER_LIMIT" || out[0].Remaining != 0 {
-		t.Fatalf("OVER_LIMIT with remaining %d", out[0].Remaining)
-	}
-}
-
-// TestWaitIsCancelledWhenTheRequestIsRefused: a wait-policy descriptor next to
-// an over-limit one gives an overall OVER_LIMIT. The answer is not held, and
-// the reserved tokens go back.
-func TestWaitIsCancelledWhenTheRequestIsRefused(t *testing.T) {
-	d := newDecider(t, `
-domain: d
-descriptors:
-  - key: wait
-    rate_limit: {unit: second, requests_per_unit: 100, burst: 1, policy: wait, max_wait: 15ms}
-  - key: block
-    rate_limit: {unit: second, requests_per_unit: 0}
-`, 1)
-	if _, code := d.decide(desc("wait=a")); code != "OK" { // the only token
-		t.Fatal("first draw refused")
-	}
-	out, code := d.decide(desc("wait=a"), desc("block=b"))
-	if code != "OVER_LIMIT" {
-		t.Fatalf("overall %s", code)
-	}
-	if out[0].Wait != 0 {
-		t.Fatalf("a refused request is held for %v", out[0].Wait)
-	}
-	// Had the reservation been kept, this draw would have to wait 20 ms, past
-	// max_wait; with it given back it waits 10 ms.
-	out, code = d.decide(desc("wait=a"))
-	if code != "OK" || out[0].Wait != 10*time.Millisecond {
-		t.Fatalf("after the refused request: %s, wait %v", code, out[0].Wait)
-	}
-}
-
-// TestOversizedWaitDrawIsOverLimitAtOnce: hits above the bucket size can never
-// be served, so a wait rule answers OVER_LIMIT at once instead of reserving.
-func TestOversizedWaitDrawIsOverLimitAtOnce(t *testing.T) {
-	e := newEngine(t, mustParse(t, `
-domain: d
-descriptors:
-  - key: wait
-    rate_limit: {unit: second, requests_per_unit: 1000, burst: 2, policy: wait, max_wait: 15ms}
-`), bucket.NewStore(0), Options{})
-	out, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: entries("wait=a"), HitsAddend: wrapperspb.UInt64(3)}}, 0, 0, nil)
-	if err != nil || code != OverLimit || out[0].Wait != 0 {
-		t.Fatalf("code %v wait %v err %v", code, out[0].Wait, err)
-	}
-	if e.Store().Live() != 0 {
-		t.Fatal("a refused draw created a bucket")
-	}
-}
-
 // TestOverrideWindowTooLong: unit × unit_multiplier past ten years would wrap
 // the window negative and block everything; it is bad input instead.
 func TestOverrideWindowTooLong(t *testing.T) {
@@ -233,23 +163,5 @@ func TestOverrideWindowTooLong(t *testing.T) {
 		if tc.ok != (err == nil) || !tc.ok && !strings.Contains(err.Error(), "descriptors[0].limit.unit_multiplier") {
 			t.Errorf("%d × %v: %v", tc.mult, tc.unit, err)
 		}
-	}
-}
-
-// TestDomainsNeverShareBuckets: domain "a.b" with key "c" and domain "a" with
-// key "b.c" have the same dotted path; their buckets must still be their own.
-func TestDomainsNeverShareBuckets(t *testing.T) {
-	set, err := descriptors.Compile(
-		descriptors.File{Name: "a.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")},
-		descriptors.File{Name: "b.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEngine(t, set, bucket.NewStore(0), Options{})
-	for range 3 {
-		decide(e, "a", []*commonv3.RateLimitDescriptor{desc("b.c=x")}, 1, 0, nil)
-	}
-	if _, code, _ := decide(e, "a.b", []*commonv3.RateLimitDescriptor{desc("c=x")}, 1, 0, nil); code != OK {
-		t.Error("domain a.b refused on its first request: it shares domain a's bucket")
 	}
 }

@@ -387,3 +387,41 @@ func TestMergedDomainDecides(t *testing.T) {
 		t.Fatalf("third checkout: %s, want OVER_LIMIT (2 per second)", code)
 	}
 }
+
+// TestOverLimitReportsNothingRemaining: at weight 0.1 a 10/s limit has one
+// local token; with half a token left, a request is OVER_LIMIT and must report
+// limit_remaining 0, as upstream does, not the 5 that half a token ÷ 0.1 makes.
+func TestOverLimitReportsNothingRemaining(t *testing.T) {
+	d := newDecider(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 10}
+`, 0.1)
+	if out, code := d.decide(desc("k=v")); code != "OK" || out[0].Remaining != 0 {
+		t.Fatalf("first draw: %s remaining %d", code, out[0].Remaining)
+	}
+	d.now += int64(500 * time.Millisecond) // half a token back: 0.5 ÷ 0.1 = 5 "remaining"
+	out, code := d.decide(desc("k=v"))
+	if code != "OVER_LIMIT" || out[0].Remaining != 0 {
+		t.Fatalf("OVER_LIMIT with remaining %d", out[0].Remaining)
+	}
+}
+
+// TestOversizedWaitDrawIsOverLimitAtOnce: hits above the bucket size can never
+// be served, so a wait rule answers OVER_LIMIT at once instead of reserving.
+func TestOversizedWaitDrawIsOverLimitAtOnce(t *testing.T) {
+	e := newEngine(t, mustParse(t, `
+domain: d
+descriptors:
+  - key: wait
+    rate_limit: {unit: second, requests_per_unit: 1000, burst: 2, policy: wait, max_wait: 15ms}
+`), bucket.NewStore(0), Options{})
+	out, code, err := decide(e, "d", []*commonv3.RateLimitDescriptor{{Entries: entries("wait=a"), HitsAddend: wrapperspb.UInt64(3)}}, 0, 0, nil)
+	if err != nil || code != OverLimit || out[0].Wait != 0 {
+		t.Fatalf("code %v wait %v err %v", code, out[0].Wait, err)
+	}
+	if e.Store().Live() != 0 {
+		t.Fatal("a refused draw created a bucket")
+	}
+}
