@@ -65,7 +65,7 @@ func (s *Set) number(l *level) {
 			// share to another. The limit's figures (requests_per_unit,
 			// unit, unit_multiplier, burst, policy, max_wait) are not: a
 			// reload that changes them keeps the rule's buckets, which keep
-			// their fill ratio (Engine.Swap).
+			// their fill ratio (engine.Engine.Swap).
 			r.identity += "\x00share=" + r.limit.share.String()
 			if len(r.limit.replaces) > 0 {
 				s.hasReplaces = true

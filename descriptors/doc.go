@@ -1,11 +1,13 @@
-// Package descriptors is sharelimit's rule engine. It turns upstream
-// envoyproxy/ratelimit's descriptor YAML (plus sharelimit's extensions) into an
-// immutable, compiled match tree, a Set, and decides requests against the
-// installed Set with the token buckets of package bucket.
+// Package descriptors is sharelimit's rules. It turns upstream
+// envoyproxy/ratelimit's descriptor YAML (plus sharelimit's extensions) into
+// an immutable, compiled match tree, a Set, matches a request's entries
+// against it, and explains a match. Package engine, below it, decides
+// requests against a Set with the token buckets of package bucket.
 //
-// The package is pure: it is handed bytes and the time, and reads no file, no
-// clock and no environment; it keeps no globals and exports no metrics.
-// Sources of config (files, xDS) live elsewhere and hand it bytes. The daemon
-// swaps whole compiled Sets on reload; an Engine keeps bucket state across
-// swaps for every rule that did not change.
+// It is its own package so that what a config means can be read, checked and
+// explained (sharelimit check, explain) without any runtime state. It is
+// pure: it is handed bytes, and reads no file, no clock and no environment;
+// it keeps no globals, no buckets and no atomics of runtime state, and
+// exports no metrics. Sources of config (files, xDS) live elsewhere and hand
+// it bytes.
 package descriptors

@@ -24,7 +24,7 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 	matched := make([]*Rule, len(descs))
 	for i, entries := range descs {
 		fmt.Fprintf(out, "\ndescriptor %d: %s\n", i+1, formatEntries(entries))
-		r, steps := set.Trace(domain, entries)
+		r, steps := set.trace(domain, entries)
 		matched[i] = r
 		explainSteps(out, d, steps, len(entries))
 	}
@@ -56,7 +56,7 @@ func formatEntries(entries []*commonv3.RateLimitDescriptor_Entry) string {
 	return strings.Join(parts, ", ")
 }
 
-func explainSteps(out io.Writer, d *Domain, steps []Step, depth int) {
+func explainSteps(out io.Writer, d *Domain, steps []step, depth int) {
 	for i, st := range steps {
 		fmt.Fprintf(out, "  depth %d  %s=%q: ", i+1, st.Key, st.Value)
 		r := st.Rule

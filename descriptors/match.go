@@ -4,8 +4,8 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
-// Step records how one request entry was matched, for `sharelimit explain`.
-type Step struct {
+// step records how one request entry was matched, for `sharelimit explain`.
+type step struct {
 	Key, Value string
 	Rule       *Rule // nil: nothing matched at this depth
 	Kind       MatchKind
@@ -25,22 +25,22 @@ func (s *Set) Match(domain string, entries []*commonv3.RateLimitDescriptor_Entry
 	return match(&d.root, entries, nil)
 }
 
-// Trace is Match with a record of every depth, for explaining a decision.
-func (s *Set) Trace(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (*Rule, []Step) {
+// trace is Match with a record of every depth, for explaining a decision.
+func (s *Set) trace(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (*Rule, []step) {
 	d := s.domains[domain]
 	if d == nil {
 		return nil, nil
 	}
-	var steps []Step
+	var steps []step
 	r := match(&d.root, entries, &steps)
 	return r, steps
 }
 
-func match(l *level, entries []*commonv3.RateLimitDescriptor_Entry, trace *[]Step) *Rule {
+func match(l *level, entries []*commonv3.RateLimitDescriptor_Entry, trace *[]step) *Rule {
 	for i, e := range entries {
 		r := l.lookup(e.GetKey(), e.GetValue())
 		if trace != nil {
-			st := Step{Key: e.GetKey(), Value: e.GetValue(), Rule: r}
+			st := step{Key: e.GetKey(), Value: e.GetValue(), Rule: r}
 			if r != nil {
 				st.Kind = r.kind
 			}

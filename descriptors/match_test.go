@@ -158,7 +158,7 @@ func TestGlob(t *testing.T) {
 
 func TestTrace(t *testing.T) {
 	set := mustParse(t, matchConfig)
-	r, steps := set.Trace("d", entries("nolimit=n", "c=vee", "z=1"))
+	r, steps := set.trace("d", entries("nolimit=n", "c=vee", "z=1"))
 	if r == nil || len(steps) != 3 {
 		t.Fatalf("rule %v steps %v", r, steps)
 	}

@@ -268,9 +268,6 @@ func deepCopy(v any) any {
 // Pos is where the rule is written.
 func (r *Rule) Pos() Pos { return r.pos }
 
-// Parent is the rule one level up; nil at the top.
-func (r *Rule) Parent() *Rule { return r.parent }
-
 // Depth is 1 for a top-level descriptor, 2 one level below, and so on.
 func (r *Rule) Depth() int { return r.depth }
 
