@@ -78,8 +78,8 @@ type tally struct {
 // changes no bucket.
 //
 // It runs in four steps: match finds each descriptor's limit, plan builds
-// its bucket request, the store draws, and account turns the result into
-// the status and the request's code. A request refused anyway gives back
+// its bucket request, draw applies it to the store, and account meters it
+// and turns the result into the status and the request's code. A request refused anyway gives back
 // its wait-policy reservations by replaying their plans (cancelWaits).
 func (e *Engine) Decide(dec *Decision, domain string, descs []*commonv3.RateLimitDescriptor, hits uint32, now int64) error {
 	in := e.cur.Load()
@@ -166,9 +166,12 @@ func (t *tally) limited(st *Status, quotaAll bool) bool {
 	return lim != nil && !st.Replaced
 }
 
-// account fills st from the store's answer to p, and counts it in t when
-// it is over its limit.
+// account fills st from the store's answer to p, meters p when a demand
+// rule does, and counts st in t when it is over its limit.
 func (t *tally) account(st *Status, p *plan, res bucket.Result, overflowed bool) {
+	if p.dr != nil {
+		p.meter(res.OK)
+	}
 	lim := st.Limit
 	st.Overflow = overflowed
 	st.Reset, st.Wait = res.Reset, res.Wait
