@@ -19,7 +19,8 @@ type kvReport struct {
 }
 
 // equalShares applies the equal share at t through the membership damper:
-// a smaller weight at once, a larger one once it has held for Hold.
+// a smaller weight at once, a larger one once it has held for Hold, and
+// then the smallest that was seen while it was held.
 func (s *sim) equalShares(t time.Duration) {
 	eq := 1 / float64(len(s.reps))
 	for _, r := range s.reps {
@@ -29,6 +30,10 @@ func (s *sim) equalShares(t time.Duration) {
 			s.holdAt = -1
 		case eq > r.w && s.holdAt < 0:
 			s.holdAt, s.holdW = t+s.c.Hold, eq
+		case eq > r.w:
+			// A grow is held already: the one that applies is the
+			// smallest seen during the hold, never the first.
+			s.holdW = min(s.holdW, eq)
 		}
 	}
 	if s.holdAt >= 0 && t >= s.holdAt {

@@ -431,3 +431,34 @@ func TestFinish(t *testing.T) {
 		t.Errorf("rates %v %v %v", r.WritesPerSecond, r.LeaderReadBytesPerS, r.ParamsServedBytesPer)
 	}
 }
+
+// TestEqualSharesHeldGrowTakesTheSmallest: a join while a grow is held, that
+// still leaves the equal share above the one in force, must lower the held
+// grow, as the membership damper does (the weight in force is the smallest
+// of the views seen during the hold). Applying the first held value gives
+// 4 replicas −2 then +1 shares of 0.5 each: 1.5 × the limit.
+func TestEqualSharesHeldGrowTakesTheSmallest(t *testing.T) {
+	t.Parallel()
+	c := base(4, Even, false)
+	c.Hold = 2 * time.Second
+	s := newSim(c)
+	s.leave(2)
+	s.equalShares(time.Second) // 2 replicas: a grow to 0.5, held until 3 s
+	s.join(1, 2*time.Second)
+	s.equalShares(2 * time.Second) // 3 replicas: a grow to 1/3 still held
+	for at := 2 * time.Second; at <= 5*time.Second; at += 10 * time.Millisecond {
+		s.equalShares(at)
+		sum := 0.0
+		for _, r := range s.reps {
+			sum += r.w
+		}
+		if sum > 1+1e-9 {
+			t.Fatalf("at %v the %d replicas' shares sum to %.3f of the limit", at, len(s.reps), sum)
+		}
+	}
+	for _, r := range s.reps {
+		if math.Abs(r.w-1.0/3) > 1e-9 {
+			t.Errorf("%s: share %v once the hold passed, want 1/3", r.name, r.w)
+		}
+	}
+}
