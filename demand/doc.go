@@ -41,4 +41,10 @@
 //
 // A rule with a bucket per value is divided this way value by value, for the
 // values the leader makes hot (hot.go); every other value keeps E_i.
+//
+// It must never read a clock, the network or Consul, keep state of its own
+// (History, Rates and Candidates are values their owner keeps and passes
+// the time to), or divide more than the limit: bad figures count as no
+// demand, and a rule it cannot evaluate leaves the equal share. The loop
+// that meters, reports and applies shares is package demand/controller's.
 package demand

@@ -19,6 +19,14 @@
 //
 //	go test -race -count=1 -v ./e2e/
 //
+// Why a package of its own: the cluster-wide cap is a property of several
+// processes, a Consul agent and a clock that none of them controls, so no unit
+// test can hold it; these tests are slow, and are kept apart so that every
+// other package's tests stay fast. They must never count a bound they could
+// not test as met (a window the load reached too late to test a lower bound is
+// logged NOT TESTED), and never skip for want of Consul: a missing agent fails
+// them.
+//
 // The package holds no code of its own; everything is in its tests. Set
 // SHARELIMIT_E2E_TIMESERIES=path to have the scale-up test write its time
 // series as JSON (a relative path is relative to this directory); tools/chart

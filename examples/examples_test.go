@@ -1,12 +1,3 @@
-// Package examples_test guards the deployment files (Dockerfile,
-// docker-compose.yml and everything under examples/) against drifting away from
-// the daemon they deploy. Docker, Kubernetes, systemd and Grafana cannot run
-// here, so each file is checked against what can: the real binary's flag
-// parsing, validation, `check` and `explain`, Envoy's own protobuf schema, and
-// the /metrics of a running daemon.
-//
-// Every check collects problems instead of failing on the spot, so that
-// breakage_test.go can feed it a broken copy and prove it would fail.
 package examples_test
 
 import (

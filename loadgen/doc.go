@@ -1,6 +1,12 @@
 // Package loadgen is `sharelimit bench`: a load generator that speaks Envoy's
 // RateLimitService v3 the way Envoy does, and the no-op server that is its floor.
 //
+// Why a package of its own: it is a client of the daemon, not a part of it,
+// and `sharelimit bench`, docs/bench/run.sh and tools/soak all measure with
+// it, so their figures come from one generator. It must never be imported
+// by the daemon, never run unbounded (MaxDuration caps every run), and never
+// time a call from when it was sent when it was due earlier (open loop).
+//
 // # Load
 //
 // Run sends ShouldRateLimit calls over one or more long-lived HTTP/2 connections

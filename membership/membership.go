@@ -21,6 +21,13 @@
 // share applies at once, one that grows it only once it has held, so a
 // flapping check never opens the cap. The package only publishes views; it
 // never touches token buckets.
+//
+// Why a package of its own: what each source makes of its catalog or name, and
+// the damper's timing, are tested here with no engine: the sources against a
+// real Consul agent (its catalog and its DNS interface), the damper on a fake
+// clock. It must never be on the request path, and never make a share looser
+// on bad input: an impossible count, an answer filtered by ACLs or refused, or
+// one with no passing instance is a fault, and the last view stands.
 package membership
 
 import (

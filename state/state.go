@@ -27,6 +27,10 @@
 // A bucket's fill is as of the written time: restoring refills it for the
 // time since, at its group's saved weight. The framing (magic, version,
 // checksum) and its checks are internal/record's, shared with package demand.
+//
+// It must never know the engine or membership (the daemon turns the engine's
+// buckets and the views into these values and back), and never replace the
+// file in place: a crash mid-write leaves the previous snapshot whole.
 package state
 
 import (

@@ -11,7 +11,16 @@
 //	sharelimit healthcheck         probe a running daemon's /healthcheck
 //	sharelimit version
 //
-// main only wires things together; each part lives in its own package.
+// main only parses the command line, builds one logger and hands the
+// settings to package daemon; each part lives in its own package, so that
+// every part can be tested without the binary. check and explain read rules
+// through package source, bench is package loadgen, and simulate is package
+// simulate.
+//
+// It must hold no logic of its own beyond choosing a subcommand and
+// reporting its errors, and it never starts a goroutine itself except the
+// one that hears a second signal during the stop (signals.go), which it
+// ends before it returns.
 package main
 
 import (

@@ -23,6 +23,14 @@
 //	<prefix><service>/reports/<node>   one report per replica
 //	<prefix><service>/leader           the leader lock
 //	<prefix><service>/params           the leader's parameters
+//
+// Why a package of its own: it is the only code that speaks Consul KV, so
+// sessions, locks, blocking reads and their faults are tested here against a
+// real agent, once. It moves bytes: the encoding is package demand's and
+// the division is a function the caller hands the Leader, so it never
+// decodes a report or decides a share itself. It must never write a
+// service's parameters without holding the leader lock (every write is a
+// transaction that checks it), and never be on the request path.
 package consulkv
 
 import (

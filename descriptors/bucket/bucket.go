@@ -5,6 +5,16 @@
 // weight keeps the ratio by construction: the spec asks that a re-division neither
 // hands out a fresh burst nor empties a bucket. Time is always passed in as
 // nanoseconds on a caller-chosen monotonic scale; nothing here reads a clock.
+//
+// Why a package of its own: the admission bound is the product's promise, and
+// here it is held by the arithmetic and the store alone, under concurrency, by
+// model tests (model_test.go, store_model_test.go) that know nothing of rules,
+// requests or the network. It knows no rules: a bucket is a key, a group, a
+// tag and the figures it is handed.
+//
+// It must never read a clock, create tokens (a reading older than a bucket's
+// last counts as the last, and a re-division keeps the fill ratio), or admit
+// more than B·w + R·w·elapsed to any bucket.
 package bucket
 
 import (

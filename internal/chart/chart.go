@@ -7,6 +7,10 @@
 // Why a package: the e2e scale-up test's series (tools/chart) and
 // sharelimit simulate draw the same kind of picture, with the same code.
 //
+// It must never read or write a file or reach the network (its callers read
+// the series and write the SVG), and never fill in what a Series lacks: a
+// Series that Validate refuses is not drawn.
+//
 // The JSON form of a Series:
 //
 //	{

@@ -10,6 +10,14 @@
 // The agent binary comes from $SHARELIMIT_CONSUL_BIN or, when that is unset,
 // from tools/consul/install.sh, which builds and caches it. A missing binary
 // fails the test: it never skips, so CI always exercises a real Consul.
+// AAAAProxy, in front of an agent's DNS interface, adds the one fault a real
+// agent cannot produce on demand: AAAA queries mishandled.
+//
+// Why a package of its own: membership, demand/consulkv, demand/controller,
+// daemon and e2e all test against Consul, and each would otherwise start,
+// wait for and clean up its agent its own way. Only tests import it:
+// production code must never depend on it, and it must never leave an
+// agent running or a data directory behind once its test ends.
 package consultest
 
 import (

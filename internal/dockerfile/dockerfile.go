@@ -6,7 +6,9 @@
 //
 // It is not a Dockerfile parser for any Dockerfile: no variable expansion,
 // heredocs or escape directive, which this repository's Dockerfile does not
-// use.
+// use. Only tests import it: production code must never depend on it, and
+// it must never guess at an instruction it cannot read (ExecForm and Env
+// return an error instead).
 package dockerfile
 
 import (

@@ -1,6 +1,11 @@
 // Package gcpace sets the garbage collector's pace from the live heap. It is a
 // process setting of the daemon (and of the load generator's no-op server, so
 // that the two compare like with like), not part of any adapter.
+//
+// Why a package of its own: the daemon and package loadgen must pace the
+// collector by one rule, and neither should import the other. It must never
+// override an operator's GOGC (Tuner.Run returns at once when it is set),
+// and never pace below Go's default of 100 or above 400.
 package gcpace
 
 import (

@@ -17,6 +17,11 @@
 //	crc      CRC-32C of everything before it, 4 bytes
 //
 // Every error wraps the format's Err.
+//
+// It must never hand out a record's body before its frame is checked (Open
+// checks the size, magic, checksum and version first), and never know what
+// a body holds: each format reads and writes its own through Reader and
+// Writer.
 package record
 
 import (

@@ -3,6 +3,12 @@
 // RateLimitConfig resources to one node. It records every request of that type
 // the server receives, so a test can see ACKs and NACKs from the server's side.
 // It is what command xdsserver serves, for tests that run it as a process.
+//
+// Why a package of its own: source/xds, daemon and e2e all test against a
+// management server, and a hand-written one would encode our reading of
+// the protocol rather than go-control-plane's behaviour (its snapshot cache
+// answers a NACK by sending the same response again, for one). Only tests
+// and command xdsserver import it: production code must never depend on it.
 package xdstest
 
 import (

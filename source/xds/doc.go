@@ -12,6 +12,11 @@
 // "xds:<resource name>", and the documents of one update are compiled together.
 // The positions in an error (xds:name:line:col) point into that rendering.
 //
+// Like package source, it must never touch buckets, metrics or the engine:
+// it hands finished sets to Apply. It must never ACK a set that did not
+// compile or that Apply refused, nor drop the rules in force for want of a
+// server.
+//
 // # Protocol
 //
 // Every response carries the full set. A set that compiles and that Apply

@@ -2,6 +2,12 @@
 // writes (set SHARELIMIT_E2E_TIMESERIES=path) as a self-contained SVG chart,
 // with package internal/chart; see there for the input's JSON form.
 //
+// Why a command of its own: the chart is drawn after the run, from the file
+// the run wrote, so it can be redrawn without running the cluster again. It
+// holds no drawing of its own (that is internal/chart's), and it must never
+// draw a series that does not decode strictly (an unknown field is an
+// error) or that Series.Validate refuses.
+//
 //	SHARELIMIT_E2E_TIMESERIES=/tmp/scale-event.json go test -race -count=1 -run TestScaleUp ./e2e/
 //	go run ./tools/chart -in /tmp/scale-event.json -out docs/scale-event.svg
 package main

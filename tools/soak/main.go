@@ -3,6 +3,12 @@
 // daemon's goroutine count and heap stay flat and that no request fails. It is
 // `make soak`, not part of CI: it takes minutes by design.
 //
+// Why a command of its own: a leak shows only over minutes of real load on
+// real processes (the built binary, a Consul agent of its own, and package
+// loadgen's load), longer than any test should run. It must never run
+// unbounded (-duration is at most 1h, and an interrupt ends it early), and
+// never leave a process it started running or its work directory behind.
+//
 //	go run ./tools/soak -duration 10m
 package main
 

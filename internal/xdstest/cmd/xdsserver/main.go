@@ -14,6 +14,13 @@
 // written as YAML or JSON (see xdstest.ParseConfigs). Once both listeners are
 // open it prints "xds ADDR" and "control ADDR" on stdout, so port 0 may be
 // asked for. It stops on SIGINT or SIGTERM.
+//
+// Why a command of its own: e2e and source/xds's process tests run the
+// management server as a separate process, so that the source's connection
+// to it crosses a real socket and the server can be killed and started
+// again. It holds no logic beyond flags and signals (the server is package
+// internal/xdstest's), and it must never be shipped: neither the image nor
+// make build builds it.
 package main
 
 import (
