@@ -8,11 +8,15 @@ import (
 
 // replica is one simulated replica.
 type replica struct {
-	name      string
-	num       int // the number in its name: replicas sort by it
-	tokens    float64
-	w         float64 // the share in force, a fraction of L
-	grows     []pendingGrow
+	name   string
+	num    int // the number in its name: replicas sort by it
+	tokens float64
+	w      float64 // the share in force, a fraction of L
+	grows  []pendingGrow
+	// Equal shares: when the grow held by this replica's damper applies
+	// (-1: none), and to what.
+	holdAt    time.Duration
+	holdW     float64
 	offered   uint64 // the meter, in thousandths of a token
 	admitted  uint64
 	rates     demand.Rates

@@ -18,29 +18,28 @@ type kvReport struct {
 	index uint64
 }
 
-// equalShares applies the equal share at t through the membership damper:
-// a smaller weight at once, a larger one once it has held for Hold, and
-// then the smallest that was seen while it was held.
+// equalShares applies the equal share at t through each replica's
+// membership damper: a smaller weight at once; a larger one once it has held
+// for Hold, and then the smallest seen while it was held; none when the
+// share came back to the one in force during the hold.
 func (s *sim) equalShares(t time.Duration) {
 	eq := 1 / float64(len(s.reps))
 	for _, r := range s.reps {
 		switch {
 		case eq < r.w:
 			setShare(r, eq, s.burst)
-			s.holdAt = -1
-		case eq > r.w && s.holdAt < 0:
-			s.holdAt, s.holdW = t+s.c.Hold, eq
+			r.holdAt = -1
+		case eq > r.w && r.holdAt < 0:
+			r.holdAt, r.holdW = t+s.c.Hold, eq
 		case eq > r.w:
-			// A grow is held already: the one that applies is the
-			// smallest seen during the hold, never the first.
-			s.holdW = min(s.holdW, eq)
+			r.holdW = min(r.holdW, eq)
+		case r.holdAt >= 0:
+			r.holdAt = -1
 		}
-	}
-	if s.holdAt >= 0 && t >= s.holdAt {
-		for _, r := range s.reps {
-			setShare(r, s.holdW, s.burst)
+		if r.holdAt >= 0 && t >= r.holdAt {
+			setShare(r, r.holdW, s.burst)
+			r.holdAt = -1
 		}
-		s.holdAt = -1
 	}
 }
 

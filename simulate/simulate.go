@@ -113,7 +113,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Sprintf("hold %s", c.Hold))
 	}
 	k := c.Replicas
-	for _, e := range c.Events {
+	for _, e := range byTime(c.Events) { // in the order Run applies them
 		k += e.Delta
 		if e.At < 0 || e.At > c.Duration || k < 1 || k > maxK {
 			errs = append(errs, fmt.Sprintf("event %+v: at %s leaves %d replicas", e, e.At, k))
@@ -198,11 +198,6 @@ type sim struct {
 	pending    []pendingParams
 	nextDivide time.Duration
 
-	// Equal shares: when the grow that has held applies (-1: none), and
-	// to what.
-	holdAt time.Duration
-	holdW  float64
-
 	// What the run measured so far.
 	writes, leaderBytes, paramsBytes float64
 	bins                             int
@@ -219,16 +214,23 @@ type pendingParams struct {
 
 // newSim starts a run of a valid c at time 0, with c.Replicas replicas.
 func newSim(c Config) *sim {
-	s := &sim{c: c, burst: c.Burst, kv: map[string]kvReport{}, holdAt: -1, busiest: map[string]bool{}}
+	s := &sim{c: c, burst: c.Burst, kv: map[string]kvReport{}, busiest: map[string]bool{}}
 	if s.burst == 0 {
 		s.burst = c.Limit
 	}
 	s.bins = int(c.Duration / time.Second)
 	s.res = &Result{Config: c, PerReplica: map[string][]float64{}, Bins: make([]Bin, s.bins)}
-	s.events = slices.Clone(c.Events)
-	slices.SortFunc(s.events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	s.events = byTime(c.Events)
 	s.join(c.Replicas, 0)
 	return s
+}
+
+// byTime returns a copy of events, earliest first, events at the same time
+// in the order given.
+func byTime(events []Event) []Event {
+	out := slices.Clone(events)
+	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	return out
 }
 
 // tick runs the step that starts at t.
@@ -270,7 +272,7 @@ func (s *sim) finish() *Result {
 func (s *sim) join(n int, t time.Duration) {
 	for range n {
 		s.named++
-		s.reps = append(s.reps, &replica{name: fmt.Sprintf("node%d", s.named), num: s.named})
+		s.reps = append(s.reps, &replica{name: fmt.Sprintf("node%d", s.named), num: s.named, holdAt: -1})
 	}
 	eq := 1 / float64(len(s.reps))
 	for _, r := range s.reps {

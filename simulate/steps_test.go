@@ -3,6 +3,7 @@ package simulate
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,8 +209,8 @@ func TestEqualShares(t *testing.T) {
 	s := newSim(c)
 	s.leave(2)
 	s.equalShares(0)
-	if s.reps[0].w != 0.25 || s.holdAt != c.Hold || s.holdW != 0.5 {
-		t.Fatalf("a grow applied before its hold: share %v, held until %v to %v", s.reps[0].w, s.holdAt, s.holdW)
+	if s.reps[0].w != 0.25 || s.reps[0].holdAt != c.Hold || s.reps[0].holdW != 0.5 {
+		t.Fatalf("a grow applied before its hold: share %v, held until %v to %v", s.reps[0].w, s.reps[0].holdAt, s.reps[0].holdW)
 	}
 	s.equalShares(c.Hold - step)
 	if s.reps[0].w != 0.25 {
@@ -221,8 +222,8 @@ func TestEqualShares(t *testing.T) {
 			t.Errorf("%s: share %v after the hold, want 0.5", r.name, r.w)
 		}
 	}
-	if s.holdAt != -1 {
-		t.Errorf("hold still pending: %v", s.holdAt)
+	if s.reps[0].holdAt != -1 {
+		t.Errorf("hold still pending: %v", s.reps[0].holdAt)
 	}
 	s.leave(1)
 	s.equalShares(3 * time.Second) // a grow to 1, held
@@ -233,8 +234,8 @@ func TestEqualShares(t *testing.T) {
 			t.Errorf("%s: share %v after the join, want 0.25 at once", r.name, r.w)
 		}
 	}
-	if s.holdAt != -1 {
-		t.Errorf("a shrink left the held grow pending until %v", s.holdAt)
+	if s.reps[0].holdAt != -1 {
+		t.Errorf("a shrink left the held grow pending until %v", s.reps[0].holdAt)
 	}
 }
 
@@ -460,5 +461,34 @@ func TestEqualSharesHeldGrowTakesTheSmallest(t *testing.T) {
 		if math.Abs(r.w-1.0/3) > 1e-9 {
 			t.Errorf("%s: share %v once the hold passed, want 1/3", r.name, r.w)
 		}
+	}
+}
+
+// TestEqualSharesHeldGrowCancelledOnReturn: replicas that leave and come
+// back while the grow is held leave the equal share where it was; the held
+// grow must not apply (4 −2 +2 with a 5 s hold gave four shares of 0.5).
+func TestEqualSharesHeldGrowCancelledOnReturn(t *testing.T) {
+	t.Parallel()
+	res, err := Run(Config{Replicas: 4, Limit: 100, Offered: 1000, Shape: Even, Duration: 10 * time.Second,
+		Interval: time.Second, MaxWrites: 100, Hold: 5 * time.Second,
+		Events: []Event{{At: time.Second, Delta: -2}, {At: 2 * time.Second, Delta: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MaxShareSum > 1+1e-9 {
+		t.Errorf("shares summed to %.3f × the limit", res.MaxShareSum)
+	}
+}
+
+// TestValidateEventsInTimeOrder: Validate counts replicas in the order Run
+// applies the events (by time), not the order given: 1 replica, +1 at 20 s
+// and −1 at 10 s leaves none at 10 s and must be refused, not run.
+func TestValidateEventsInTimeOrder(t *testing.T) {
+	t.Parallel()
+	c := Config{Replicas: 1, Limit: 400, Offered: 800, Shape: Hot, Duration: 30 * time.Second,
+		Interval: time.Second, MaxWrites: 100, Hold: 2 * time.Second,
+		Events: []Event{{At: 20 * time.Second, Delta: 1}, {At: 10 * time.Second, Delta: -1}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "leaves 0 replicas") {
+		t.Fatalf("Validate: %v, want the 0 replicas at 10 s refused", err)
 	}
 }
