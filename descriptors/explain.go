@@ -43,7 +43,7 @@ func Explain(out io.Writer, set *Set, domain string, descs [][]*commonv3.RateLim
 	})
 	for i, r := range matched {
 		if r != nil && !replaced[i] {
-			explainLimit(out, i+1, r, descs[i], w)
+			explainLimit(out, fmt.Sprintf("descriptor %d", i+1), r, descs[i], w)
 		}
 	}
 }
@@ -87,9 +87,9 @@ func explainSteps(out io.Writer, d *Domain, steps []step, depth int) {
 	}
 }
 
-func explainLimit(out io.Writer, n int, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, w float64) {
+func explainLimit(out io.Writer, what string, r *Rule, entries []*commonv3.RateLimitDescriptor_Entry, w float64) {
 	l := r.limit
-	fmt.Fprintf(out, "\ndescriptor %d is limited by %s", n, r.path)
+	fmt.Fprintf(out, "\n%s is limited by %s", what, r.path)
 	if l.name != "" {
 		fmt.Fprintf(out, " (name %q)", l.name)
 	}

@@ -58,6 +58,11 @@ func TestCLIGolden(t *testing.T) {
 		{"check_share", []string{"check", "-v", "--replicas", "200", "../../descriptors/testdata/valid/share.yaml"}, 0},
 		{"explain_share_demand", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/share.yaml", "--domain", "backend", "--replicas", "4", "checkout=all"}, 0},
 		{"explain_share_replica", []string{"explain", "--config-dir", "../../descriptors/testdata/valid/share.yaml", "--domain", "backend", "--replicas", "4", "backend_guard=db1"}, 0},
+		{"explain_bucket", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "--replicas", "4", "--bucket", "remote_address=10.1.2.3", "header_match=login"}, 0},
+		{"explain_bucket_second_order", []string{"explain", "--config-dir", "../../descriptors/testdata/bucketid/rules.yaml", "--domain", "rlqs", "--bucket", "user=bob", "plan=free"}, 0},
+		{"explain_bucket_no_rule", []string{"explain", "--config-dir", "../../descriptors/testdata/bucketid/rules.yaml", "--domain", "rlqs", "--bucket", "user=bob", "plan=gold"}, 0},
+		{"explain_bucket_no_limit", []string{"explain", "--config-dir", "../../descriptors/testdata/bucketid/rules.yaml", "--domain", "rlqs", "--bucket", "tenant=t1"}, 0},
+		{"explain_bucket_duplicate_key", []string{"explain", "--config-dir", "../../examples/config", "--domain", "edge", "--bucket", "a=1", "a=2"}, 2},
 		{"unknown_command", []string{"frobnicate"}, 2},
 	}
 	for _, tc := range cases {

@@ -26,12 +26,14 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	domain := fs.String("domain", "", "the request's domain")
 	replicas := fs.Int("replicas", 1, "replica count: the share is 1/N")
 	weight := fs.Float64("weight", 0, "this replica's weight, instead of --replicas")
+	bucket := fs.Bool("bucket", false, "the key=value arguments are one RLQS bucket id (a map: their order does not matter), not a descriptor")
 	admin := fs.String("admin", "", "a running daemon's admin URL (http://127.0.0.1:8080): use the weight of the domain's membership view in force there, instead of --replicas")
+	fs.Usage = func() { explainFlags(fs) }
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *dir == "" || *domain == "" || fs.NArg() == 0 || *replicas < 1 || *weight < 0 || *weight > 1 || (*admin != "" && *weight > 0) {
-		fmt.Fprintln(stderr, "usage: sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W | --admin URL] key=value... [+ key=value...]")
+		fmt.Fprintln(stderr, "usage: sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W | --admin URL] key=value... [+ key=value...]\n       sharelimit explain --config-dir DIR --domain D [--replicas N | --weight W | --admin URL] --bucket key=value...")
 		return 2
 	}
 	w := 1 / float64(*replicas)
@@ -50,6 +52,9 @@ func explain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "join ramp in progress (%s in, over in %s): a key this daemon has no bucket for yet starts emptier than full, at the time since the ramp began over its rule's ramp (/rlconfig lists each rule's)\n",
 				secs(ramp.ElapsedSeconds), secs(ramp.EndsInSeconds))
 		}
+	}
+	if *bucket {
+		return explainBucket(*dir, *domain, fs.Args(), w, stdout, stderr)
 	}
 	// A lone "+" separates the descriptors of one request.
 	descs := [][]*commonv3.RateLimitDescriptor_Entry{nil}
@@ -77,6 +82,47 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	descriptors.Explain(stdout, set, *domain, descs, w)
+	return 0
+}
+
+// explainFlags prints explain's flags as the flag package does, but for
+// --bucket: the list stays as scripts that read `explain -h` know it, and
+// the usage line and README document --bucket.
+func explainFlags(fs *flag.FlagSet) {
+	fmt.Fprintln(fs.Output(), "Usage of explain:")
+	shown := flag.NewFlagSet("explain", flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "bucket" {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
+}
+
+// explainBucket prints which rule an RLQS bucket id, given as key=value
+// arguments, selects and what RLQS assigns for it.
+func explainBucket(dir, domain string, args []string, w float64, stdout, stderr io.Writer) int {
+	id := make(map[string]string, len(args))
+	for _, kv := range args {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			fmt.Fprintf(stderr, "sharelimit explain: %q: want key=value (value may be empty); a bucket id is one map, with no + separators\n", kv)
+			return 2
+		}
+		if _, dup := id[k]; dup {
+			fmt.Fprintf(stderr, "sharelimit explain: key %q twice: a bucket id is a map, each key once\n", k)
+			return 2
+		}
+		id[k] = v
+	}
+	set, err := source.Load(dir)
+	if err != nil {
+		printErrors(stderr, err)
+		return 1
+	}
+	descriptors.ExplainBucket(stdout, set, domain, id, w)
 	return 0
 }
 
