@@ -74,7 +74,7 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 // errResized is the error for an answer that changed between its sizing and
 // its writing.
 func errResized(n int) error {
-	return fmt.Errorf("wire: answer encoded to other than the %d bytes it was sized", n)
+	return fmt.Errorf("wire: answer encoded to fewer bytes than the %d it was sized", n)
 }
 
 // Unmarshal decodes a request, or hands any other message to the fallback.

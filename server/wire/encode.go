@@ -98,17 +98,10 @@ func AppendResponse(b []byte, resp *rlsv3.RateLimitResponse) []byte {
 // appendSized is AppendResponse given n, resp's ResponseSize. The message is
 // written back to front into exactly n bytes: each nested message is written
 // before its length, which is then known, so nothing is sized twice. ok is
-// false, and b returned as it was, when the message took fewer or more bytes
-// than n, which only a resp changed since it was sized does: more would write
-// past the front of the space, which the deferred recover turns into that
-// answer rather than a crash of the process.
-func appendSized(b []byte, resp *rlsv3.RateLimitResponse, n int) (res []byte, ok bool) {
+// false, and b returned as it was, when the message took fewer bytes than n,
+// which only a resp changed since it was sized does.
+func appendSized(b []byte, resp *rlsv3.RateLimitResponse, n int) (_ []byte, ok bool) {
 	start := len(b)
-	defer func() {
-		if recover() != nil {
-			res, ok = b[:start], false
-		}
-	}()
 	b = slices.Grow(b, n)[:start+n]
 	out := b[start:]
 	i := len(out)
