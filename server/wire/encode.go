@@ -99,7 +99,12 @@ func AppendResponse(b []byte, resp *rlsv3.RateLimitResponse) []byte {
 // written back to front into exactly n bytes: each nested message is written
 // before its length, which is then known, so nothing is sized twice. ok is
 // false, and b returned as it was, when the message took fewer bytes than n,
-// which only a resp changed since it was sized does.
+// which only a resp changed since it was sized does. A resp that grew since
+// would be written past the front of the space and panic; callers size and
+// write in one call, on an answer nobody else holds while it is written (the
+// service builds each answer for its call; the limit messages it shares never
+// change). A recover here would cost 3–4 ns of the 28 a one-descriptor
+// answer takes to encode, on every answer, for a case no caller reaches.
 func appendSized(b []byte, resp *rlsv3.RateLimitResponse, n int) (_ []byte, ok bool) {
 	start := len(b)
 	b = slices.Grow(b, n)[:start+n]
