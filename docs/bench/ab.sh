@@ -35,11 +35,14 @@ for ((i = 1; i <= ROUNDS; i++)); do
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| benchmark | runs | A min | B min | A median | B median | Δ min | Δ median | B/op, allocs/op A → B |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| benchmark | runs | A min | B min | A median | B median | Δ min | Δ median | paired B/A median | B/op, allocs/op A → B |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 # Columns: side name iterations ns "ns/op" bytes "B/op" allocs "allocs/op".
 awk '
   { name = $2; sub(/-[0-9]+$/, "", name); v[$1, name] = v[$1, name] " " $4
+    # Round i of A and round i of B ran next to each other: their ratio
+    # is free of the drift between rounds.
+    if ($1 == "a") a[name, ++na[name]] = $4; else r[name] = r[name] " " ($4 / a[name, ++nb[name]])
     alloc[$1, name] = $6 "/" $8; names[name] = 1 }
   function stats(s, out,   a, n, i, j, t) {
     n = split(substr(s, 2), a, " ")
@@ -48,10 +51,10 @@ awk '
   }
   END {
     for (name in names) {
-      stats(v["a", name], A); stats(v["b", name], B)
-      printf "| `%s` | %d | %.1f | %.1f | %.1f | %.1f | %+.1f%% | %+.1f%% | %s → %s |\n", substr(name, 10), A["n"],
+      stats(v["a", name], A); stats(v["b", name], B); stats(r[name], P)
+      printf "| `%s` | %d | %.1f | %.1f | %.1f | %.1f | %+.1f%% | %+.1f%% | %.3f | %s → %s |\n", substr(name, 10), A["n"],
         A["min"], B["min"], A["med"], B["med"], 100 * (B["min"] / A["min"] - 1), 100 * (B["med"] / A["med"] - 1),
-        alloc["a", name], alloc["b", name]
+        P["med"], alloc["a", name], alloc["b", name]
     }
   }' "$OUT/results" | sort
 echo "raw results: $OUT/results"
