@@ -102,15 +102,6 @@ func TestBinaryStateSurvivesRestart(t *testing.T) {
 	args := []string{"--config-dir", config, "--state-file", file, "--drain", "0"}
 	d := startDaemon(t, args...)
 	drained := dial(t, d).drain("10.0.0.1")
-	// SIGKILL loses at most --state-interval: the daemon checkpoints at
-	// that pace, by its own count. A 1 s pace writes 3 or 4 in 4 s; at
-	// least 2 are asked, so a pace slower than 2 s fails (one 8 times too
-	// slow writes at most 1), and a loaded machine has 2 s to spare.
-	before := stateWrites(t, d)
-	time.Sleep(4 * time.Second)
-	if n := stateWrites(t, d) - before; n < 2 {
-		t.Fatalf("%d checkpoints in 4 s at --state-interval 1s", n)
-	}
 	d.signal(syscall.SIGTERM)
 	d.exitsCleanly("after SIGTERM")
 	if !strings.Contains(d.logs.String(), `"msg":"state written"`) {
