@@ -104,6 +104,45 @@ func TestEnvoyGuardCatches(t *testing.T) {
 	})
 }
 
+func TestEnvoyRLQSGuardCatches(t *testing.T) {
+	t.Parallel()
+	const file = "examples/envoy/envoy-rlqs.yaml"
+	check := func(p *problems, data []byte) {
+		checkEnvoyRLQS(p, "envoy-rlqs.yaml", data, envoyWant{grpcAddr: "127.0.0.1:8081", configDir: filepath.Join(repo, "examples", "config"), replicas: 3})
+	}
+	data := string(readFile(t, file))
+	// The first filter's catch-all, comment and all.
+	from, to := strings.Index(data, "                        # Catch-all, for a peer"), strings.Index(data, "                  # The whole API's budget")
+	if from < 0 || to < from {
+		t.Fatalf("%s: the first filter's catch-all is not where this test looks: update it", file)
+	}
+	const (
+		noAssignment = "no_assignment_behavior:\n                                      fallback_rate_limit: { blanket_rule: DENY_ALL }"
+		expiry       = "expired_assignment_behavior_timeout: 10s\n                                      fallback_rate_limit: { blanket_rule: DENY_ALL }"
+	)
+	runBreakages(t, file, check, []breakage{
+		{name: "admits before the first assignment", old: noAssignment, new: strings.Replace(noAssignment, "DENY_ALL", "ALLOW_ALL", 1), want: "no_assignment_behavior must be"},
+		{name: "token bucket before the first assignment", old: noAssignment, new: strings.Replace(noAssignment, "{ blanket_rule: DENY_ALL }", "{ token_bucket: { max_tokens: 10, tokens_per_fill: 10, fill_interval: 1s } }", 1), want: "no_assignment_behavior must be"},
+		{name: "reuses the last assignment after expiry", old: expiry, new: strings.Replace(expiry, "fallback_rate_limit: { blanket_rule: DENY_ALL }", "reuse_last_assignment: {}", 1), want: "expired_assignment_behavior must be"},
+		{name: "expiry timeout Envoy truncates", old: "expired_assignment_behavior_timeout: 10s", new: "expired_assignment_behavior_timeout: 10.5s", want: "whole number of seconds"},
+		{name: "no catch-all", old: data[from:to], new: "", want: "no on_no_match"},
+		{name: "custom value no predicate guards", old: `regex: ".+"`, new: `regex: ".*"`, all: true, want: "custom_value source_ip is read under no predicate"},
+		{name: "custom value in a catch-all", old: "generic_key: { string_value: api }", new: `remote_address: { custom_value: { name: source_ip, typed_config: { "@type": type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.SourceIPInput } } }`, want: "in an on_no_match catch-all"},
+		{name: "bucket id no rule maps", old: "generic_key: { string_value: healthcheck }", new: "generic_key: { string_value: healthz }", want: "maps to no rule"},
+		{name: "nested bucket id no rule maps", old: "header_match: { string_value: login }", new: "header_match: { string_value: signin }", want: "header_match=signin"},
+		{name: "domain no file defines", old: "domain: edge", new: "domain: edges", all: true, want: "maps to no rule"},
+		{name: "reporting interval Envoy ignores", old: "reporting_interval: 5s", new: "reporting_interval: 60s", want: "Envoy reports every 5s"},
+		{name: "required field missing inside a typed config", old: "reporting_interval: 5s\n                                    no_assignment_behavior:", new: "no_assignment_behavior:", want: "ReportingInterval: value is required"},
+		{name: "misspelt type URL inside a typed config", old: "v3.RateLimitQuotaBucketSettings\n", new: "v3.RateLimitQuotaBucketSetting\n", want: "not a valid Envoy v3 bootstrap"},
+		{name: "misspelt field inside a typed config", old: "no_assignment_behavior:", new: "no_assignement_behavior:", want: "not a valid Envoy v3 bootstrap"},
+		{name: "misspelt input type", old: "network.v3.SourceIPInput\n", new: "network.v3.SourceIpInput\n", want: "not a valid Envoy v3 bootstrap"},
+		{name: "HTTP/1 to a gRPC service", old: "http2_protocol_options: {}", new: "http_protocol_options: {}", want: "HTTP/2"},
+		{name: "sidecar on another port", old: "port_value: 8081", new: "port_value: 8082", want: "but sharelimit listens on --grpc-addr 127.0.0.1:8081"},
+		{name: "quota service cluster missing", old: "envoy_grpc: { cluster_name: sharelimit }", new: "envoy_grpc: { cluster_name: rlqs }", want: `rlqs_server cluster "rlqs" does not exist`},
+		{name: "option Envoy does not implement", old: "domain: edge\n", new: "domain: edge\n                      filter_enabled: { runtime_key: rlqs, default_value: { numerator: 100 } }\n", want: "Envoy does not implement"},
+	})
+}
+
 func TestDockerfileGuardCatches(t *testing.T) {
 	t.Parallel()
 	gomod := string(readFile(t, "go.mod"))

@@ -1,11 +1,12 @@
-// Package examples holds the deployment files (descriptor YAML, an Envoy
-// bootstrap, a compose cluster's files, a systemd unit, Kubernetes manifests
-// and a Grafana dashboard), and its tests keep them, the Dockerfile,
-// .dockerignore and docker-compose.yml true to the daemon they deploy.
-// Docker, Kubernetes, systemd and Grafana cannot run here, so each file is
-// checked against what can: the real binary's flag parsing, validation,
-// check and explain, Envoy's own protobuf schema, systemd-analyze, and the
-// /metrics of a running daemon.
+// Package examples holds the deployment files (descriptor YAML, Envoy
+// bootstraps for RLS and for RLQS, a compose cluster's files, a systemd
+// unit, Kubernetes manifests and a Grafana dashboard), and its tests keep
+// them, the Dockerfile, .dockerignore and docker-compose.yml true to the
+// daemon they deploy. Docker, Kubernetes, systemd and Grafana cannot run
+// here, so each file is checked against what can: the real binary's flag
+// parsing, validation, check and explain, Envoy's own protobuf schema and
+// validation rules (for every piece of Envoy configuration in the
+// repository), systemd-analyze, and the /metrics of a running daemon.
 //
 // Why a package of its own: these files are documentation that operators
 // copy, and documentation drifts silently; as a package they are tested

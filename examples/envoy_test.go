@@ -13,9 +13,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,7 +52,8 @@ type envoyConfig struct {
 }
 
 // parseEnvoy reads a YAML bootstrap strictly: every field and every typed
-// config must exist in Envoy's API, and pass the API's validation rules.
+// config must exist in Envoy's API, and pass the API's validation rules, the
+// typed configs' own included (validateEnvoyMessage).
 func parseEnvoy(p *problems, where string, data []byte) *envoyConfig {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -71,12 +70,7 @@ func parseEnvoy(p *problems, where string, data []byte) *envoyConfig {
 		p.addf("%s: not a valid Envoy v3 bootstrap: %v", where, err)
 		return nil
 	}
-	validate := func(what string, m interface{ ValidateAll() error }) {
-		if err := m.ValidateAll(); err != nil {
-			p.addf("%s: %s: %v", where, what, err)
-		}
-	}
-	validate("bootstrap", &bs)
+	validateEnvoyMessage(p, where, &bs)
 	if a := bs.GetAdmin().GetAddress().GetSocketAddress(); a != nil && !isLoopbackAddr(net.JoinHostPort(a.GetAddress(), "0")) {
 		p.addf("%s: the admin interface listens on %s: it can stop Envoy and must stay on loopback", where, a.GetAddress())
 	}
@@ -106,7 +100,6 @@ func parseEnvoy(p *problems, where string, data []byte) *envoyConfig {
 					p.addf("%s: listener %s: %v", where, l.GetName(), err)
 					continue
 				}
-				validate("listener "+l.GetName(), &hcm)
 				el.hcm = &hcm
 				filters := hcm.GetHttpFilters()
 				if len(filters) == 0 || filters[len(filters)-1].GetTypedConfig().GetTypeUrl() != routerFilterType {
@@ -121,7 +114,6 @@ func parseEnvoy(p *problems, where string, data []byte) *envoyConfig {
 						p.addf("%s: listener %s: %v", where, l.GetName(), err)
 						continue
 					}
-					validate("rate-limit filter", &rl)
 					el.rateLimit = &rl
 				}
 			}
@@ -193,13 +185,7 @@ func checkEnvoy(p *problems, where string, data []byte, want envoyWant) *envoyCo
 			p.addf("%s: listener %s: routes must be inline (route_config) for this check", where, l.name)
 			continue
 		}
-		for _, vh := range l.hcm.GetRouteConfig().GetVirtualHosts() {
-			for _, r := range vh.GetRoutes() {
-				if c := r.GetRoute().GetCluster(); c != "" && ec.clusters[c] == nil {
-					p.addf("%s: listener %s: route %s goes to cluster %q, which does not exist", where, l.name, r.GetMatch(), c)
-				}
-			}
-		}
+		checkRouteClusters(p, where, ec, l)
 		if l.rateLimit == nil {
 			if limits := rateLimits(l.hcm); len(limits) > 0 {
 				p.addf("%s: listener %s has rate_limits on its routes but no %s filter: nothing asks sharelimit", where, l.name, "envoy.filters.http.ratelimit")
@@ -213,6 +199,18 @@ func checkEnvoy(p *problems, where string, data []byte, want envoyWant) *envoyCo
 		p.addf("%s: no listener has the envoy.filters.http.ratelimit filter", where)
 	}
 	return ec
+}
+
+// checkRouteClusters checks that every route of a listener goes to a cluster
+// that exists.
+func checkRouteClusters(p *problems, where string, ec *envoyConfig, l envoyListener) {
+	for _, vh := range l.hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if c := r.GetRoute().GetCluster(); c != "" && ec.clusters[c] == nil {
+				p.addf("%s: listener %s: route %s goes to cluster %q, which does not exist", where, l.name, r.GetMatch(), c)
+			}
+		}
+	}
 }
 
 // rateLimits gathers the rate_limits of every virtual host and route.
