@@ -4,14 +4,15 @@
 // tests of the RLQS service and the load generator use it to stand in for
 // Envoy.
 //
-// Its behaviour comes from Envoy's source, not from this project's server. The
-// citations in comments use the tags of docs/research on issue 33 (paths in
-// envoyproxy/envoy as mirrored at wbpcode/envoy@cb2a49b, 2026-07-22): GC is
-// source/extensions/filters/http/rate_limit_quota/global_client_impl.cc, F is
-// that directory's filter.cc, FP its filter_persistence.cc, TB is
-// source/common/common/token_bucket_impl.cc, RLQS and CFG are the service and
-// filter protos. Where Envoy's result is undefined (a NaN, a crash), the doc
-// comment at that spot says what the model does instead.
+// Its behaviour comes from Envoy's source, not from this project's server.
+// Citations are file:line in envoyproxy/envoy as of 2026-07-22 (1.40.0-dev,
+// read at its mirror wbpcode/envoy@cb2a49b09ea4), with these short names, R
+// being source/extensions/filters/http/rate_limit_quota: GC is
+// R/global_client_impl.cc, F is R/filter.cc, FP is R/filter_persistence.cc,
+// TB is source/common/common/token_bucket_impl.cc, IT is
+// test/extensions/filters/http/rate_limit_quota/integration_test.cc. Where
+// Envoy's result is undefined (a NaN, a crash), the comment at that spot says
+// what the model does instead.
 //
 // Why a package of its own: the model must stay independent of the server it
 // tests, so that a misunderstanding of Envoy shared by both cannot pass

@@ -76,6 +76,8 @@ type env struct {
 	clock   *fakeClock
 	ticks   chan struct{}
 	applied chan struct{}
+	ticked  chan struct{}
+	closed  chan struct{}
 	conn    *grpc.ClientConn
 	addr    string
 	gs      *grpc.Server
@@ -107,7 +109,9 @@ func start(t *testing.T, cfg Config, realTimer bool) *env {
 		srv:     &script{reports: make(chan *rlqsv3.RateLimitQuotaUsageReports, 1000), streams: make(chan *scripted, 100)},
 		clock:   &fakeClock{},
 		ticks:   make(chan struct{}),
-		applied: make(chan struct{}, 100),
+		applied: make(chan struct{}, 1000),
+		ticked:  make(chan struct{}, 1000),
+		closed:  make(chan struct{}, 1000),
 	}
 	e.clock.ns.Store(int64(time.Hour))
 	e.serve("")
@@ -128,7 +132,13 @@ func start(t *testing.T, cfg Config, realTimer bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.onResponse = func() { e.applied <- struct{}{} }
+	m.trace = func(event string) {
+		ch := map[string]chan struct{}{"response": e.applied, "tick": e.ticked, "closed": e.closed}[event]
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 	e.m = m
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -163,7 +173,8 @@ func (e *env) noReport() {
 	}
 }
 
-// tick fires the report timer and waits until Run has taken the tick.
+// tick fires the report timer and waits until Run has sent or dropped the
+// report.
 func (e *env) tick() {
 	e.t.Helper()
 	select {
@@ -171,6 +182,7 @@ func (e *env) tick() {
 	case <-time.After(20 * time.Second):
 		e.t.Fatal("timed out handing Run a tick")
 	}
+	testutil.Within(e.t, e.ticked, "the tick handled")
 }
 
 // respond sends actions on s and waits until the model has applied them.

@@ -80,9 +80,10 @@ type Model struct {
 
 	allowed, denied atomic.Uint64
 
-	// onResponse, when set, is called after each response is applied; tests
-	// use it to know when an assignment is in force.
-	onResponse func()
+	// trace, when set, is told of "response" once a response is applied,
+	// "tick" once a tick's report is sent or dropped, and "closed" once an
+	// ended stream is forgotten; tests use it to know where the model is.
+	trace func(event string)
 }
 
 // ErrConfig is returned by New for a configuration Envoy would refuse or
@@ -130,7 +131,7 @@ func New(cfg Config) (*Model, error) {
 // Allow decides one request whose bucket id is id, as the filter does. A
 // bucket seen for the first time follows NoAssignment, where only a DENY_ALL
 // blanket rule denies (F:47-52), and queues the immediate one-bucket report
-// (GC:204-220). Afterwards the bucket's action decides: its assignment, its
+// (GC:212-220). Afterwards the bucket's action decides: its assignment, its
 // fallback or NoAssignment (F's shouldAllowRequest). An empty id is a bucket
 // like any other that no response can ever reach (GC:297-303).
 func (m *Model) Allow(id map[string]string) bool {
@@ -251,8 +252,12 @@ func (m *Model) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 		}
 	}
 	m.mu.Unlock()
-	if m.onResponse != nil {
-		m.onResponse()
+	m.traced("response")
+}
+
+func (m *Model) traced(event string) {
+	if m.trace != nil {
+		m.trace(event)
 	}
 }
 

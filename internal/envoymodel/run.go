@@ -19,12 +19,13 @@ type stream struct {
 // Run is Envoy's main thread for this client: it sends the reports and, on
 // a goroutine per stream, applies the responses. Like Envoy, it opens the
 // stream and starts the report timer when the first bucket is created
-// (GC:164-175); a stream that ends is only forgotten, keeping every
+// (GC:173-175); a stream that ends is only forgotten, keeping every
 // assignment and its TTL (GC:383-390); on the next tick it builds the full
 // report, resetting the counters, then opens a new stream and sends the
 // report on it, or drops the report when the stream cannot be opened
 // (GC:421-433). It never half-closes the stream (GC:236). Run returns
-// ctx.Err() once ctx is done and its reader goroutines have ended.
+// ctx.Err() once ctx is done and its reader goroutines have ended. Call it
+// once per model.
 func (m *Model) Run(ctx context.Context) error {
 	var (
 		readers sync.WaitGroup
@@ -74,12 +75,14 @@ func (m *Model) Run(ctx context.Context) error {
 			m.log.Debug("rlqs stream closed", "err", err)
 			cur.cancel()
 			cur = nil
+			m.traced("closed")
 		}
 	}
 }
 
 // tick is the report timer firing (GC:421-433).
 func (m *Model) tick(ctx context.Context, cur *stream, readers *sync.WaitGroup) *stream {
+	defer m.traced("tick")
 	r := m.report()
 	if cur == nil {
 		if cur = m.open(ctx, readers); cur == nil {
