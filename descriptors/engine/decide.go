@@ -167,9 +167,9 @@ func (t *tally) limited(st *Status, quotaAll bool) bool {
 }
 
 // account fills st from the store's answer to p, meters p when a demand
-// rule does, and counts st in t when it is over its limit.
+// rule or a lease does, and counts st in t when it is over its limit.
 func (t *tally) account(st *Status, p *plan, res bucket.Result, overflowed bool) {
-	if p.dr != nil {
+	if p.metered {
 		p.meter(res.OK)
 	}
 	lim := st.Limit

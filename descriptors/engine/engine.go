@@ -35,6 +35,9 @@ type ruleInfo struct {
 	params bucket.Params
 	// picks are the entries whose value picks the bucket (Rule.PicksBucket).
 	picks []int
+	// leases are the rule's leases by usual bucket key, nil when it has
+	// none (lease.go); carried over reloads that keep the rule.
+	leases atomic.Pointer[map[uint64]*Lease]
 }
 
 // slot is a domain as Decide finds it: its rules and the group whose weight

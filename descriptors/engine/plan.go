@@ -19,6 +19,10 @@ type plan struct {
 	usual uint64
 	// hot is the hot value whose bucket the draw used, nil when none.
 	hot *HotValue
+	// lease is the lease whose bucket the draw used, nil when none.
+	lease *Lease
+	// metered says a demand rule or a lease counts the draw.
+	metered bool
 }
 
 // plan builds into p the bucket request of descriptor d, whose status st has
@@ -30,6 +34,7 @@ func (e *Engine) plan(p *plan, in *installed, group uint16, domain string, d *co
 	op, n := operation(d, hits)
 	p.req.Params, p.req.Op, p.req.N = st.params, op, n
 	var info *ruleInfo
+	var leases *map[uint64]*Lease
 	if st.Override {
 		p.req.Key, p.req.OverflowKey = e.overrideKeys(domain, d)
 	} else {
@@ -37,6 +42,7 @@ func (e *Engine) plan(p *plan, in *installed, group uint16, domain string, d *co
 		info = &in.rules[id]
 		p.req.Key = e.ruleKey(info, d.Entries)
 		p.req.OverflowKey, p.req.Tag = info.overflow, info.tag
+		leases = info.leases.Load()
 		if in.ramps != nil {
 			p.req.Ramp = in.ramps[id]
 		}
@@ -44,7 +50,7 @@ func (e *Engine) plan(p *plan, in *installed, group uint16, domain string, d *co
 			p.dr = in.demand[id]
 		}
 	}
-	p.usual = p.req.Key
+	p.usual, p.metered = p.req.Key, p.dr != nil
 	if p.dr != nil && p.dr.hot != nil {
 		drawn := 0.0 // only draws are candidates' demand
 		if op == bucket.Draw {
@@ -53,16 +59,27 @@ func (e *Engine) plan(p *plan, in *installed, group uint16, domain string, d *co
 		p.hot = p.dr.hotValue(info.picks, d.Entries, p.usual, drawn)
 	}
 	p.wt = e.route(&p.req, group, lim, p.dr, p.hot)
+	// The one test a rule without a lease pays.
+	if leases != nil {
+		e.leaseRoute(p, *leases)
+	}
 }
 
 // draw applies p's bucket request to the store at now. It is one call, so
 // that it inlines: the hot path pays for no frame of its own.
 func (e *Engine) draw(p *plan, now int64) (bucket.Result, bool) { return e.store.Do(p.req, p.wt, now) }
 
-// meter counts a draw in its demand rule's meter (p.dr, not nil), and its
-// hot value's: what it was offered, and, when ok, admitted.
+// meter counts a draw in its demand rule's meter, its hot value's and its
+// lease's (p.metered: one of them is set): what it was offered, and, when
+// ok, admitted.
 func (p *plan) meter(ok bool) {
 	if p.req.Op != bucket.Draw {
+		return
+	}
+	if p.lease != nil {
+		p.countLease(ok)
+	}
+	if p.dr == nil {
 		return
 	}
 	n := uint64(p.req.N)
@@ -82,10 +99,13 @@ func (p *plan) meter(ok bool) {
 // unmeter takes back what meter counted as admitted for a draw that was
 // given back: it was not.
 func (p *plan) unmeter() {
+	n := ^(uint64(p.req.N) - 1) // -n
+	if p.lease != nil && p.req.Op == bucket.Draw {
+		p.lease.admitted.Add(n)
+	}
 	if p.dr == nil {
 		return
 	}
-	n := ^(uint64(p.req.N) - 1) // -n
 	p.dr.stripe(p.usual).admitted.Add(n)
 	if p.hot != nil {
 		p.hot.admitted.Add(n)

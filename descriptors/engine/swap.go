@@ -64,6 +64,7 @@ func (e *Engine) SwapAt(set *descriptors.Set, now int64) *descriptors.Set {
 func (e *Engine) swap(set *descriptors.Set, now int64, timed bool) *descriptors.Set {
 	in := e.prepare(set)
 	lower := e.carry(e.cur.Load(), in, now, timed)
+	e.carryLeases(e.cur.Load(), in)
 	var old *installed
 	e.store.Relimit(lower, func() { old = e.cur.Swap(in) })
 	if old == nil {
