@@ -4,7 +4,8 @@
 // as upstream envoyproxy/ratelimit does. It holds the runtime around that:
 // the weight groups that divide limits among replicas, the bucket keys and
 // their seed, snapshots of the buckets, a ramp for rules a reload adds, and
-// the hooks demand sharing meters and steers (DemandRule, HotValue).
+// the hooks demand sharing meters and steers (DemandRule, HotValue), and
+// those RLQS divides a bucket's share by (BucketShare, Lease).
 //
 // It is its own package so that the rules package stays pure, and so that
 // what serves requests has one owner with its options fixed when it is

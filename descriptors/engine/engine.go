@@ -59,7 +59,8 @@ const (
 	// MaxGroups bounds the groups, DefaultGroup included: one per
 	// membership view, one per demand-shared rule with one bucket, and one
 	// per hot value of a per-value demand rule (up to --demand-top-keys of
-	// each). A bucket records its group in two bytes of its padding.
+	// each), and one per lease (lease.go). A bucket records its group in
+	// two bytes of its padding.
 	MaxGroups = 4095
 )
 

@@ -10,6 +10,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sharelimit/sharelimit/descriptors"
+	"github.com/sharelimit/sharelimit/descriptors/bucket"
 )
 
 // Bucket shares and leases. RLQS hands parts of this replica's share of a
@@ -328,5 +329,37 @@ func (p *plan) countLease(ok bool) {
 	p.lease.offered.Add(n)
 	if ok {
 		p.lease.admitted.Add(n)
+	}
+}
+
+// leasedDebts readies a snapshot (Export): it keeps the buckets of leased
+// keys out of it (ws[group] nil) and merges each one's fill into merge
+// under the key's usual bucket, so a restore, which knows no leases, finds
+// the debt there.
+func (e *Engine) leasedDebts(ws []*bucket.Weight, merge map[uint64]bucket.Saved, now int64) {
+	in := e.cur.Load()
+	for i := range in.rules {
+		p := in.rules[i].leases.Load()
+		if p == nil {
+			continue
+		}
+		for _, l := range *p {
+			if int(l.group) < len(ws) {
+				ws[l.group] = nil
+			}
+			b := l.back.Load()
+			if b == nil {
+				continue
+			}
+			sv, ok := e.store.Peek(mix(l.key, l.salt), e.weights[l.group].Load(), now)
+			if !ok || sv.Fill >= 1 {
+				continue
+			}
+			sv.Key, sv.Group = l.key, b.group
+			if m, seen := merge[l.key]; seen {
+				sv.Fill = min(sv.Fill, m.Fill)
+			}
+			merge[l.key] = sv
+		}
 	}
 }

@@ -353,3 +353,18 @@ func TestLeaseConcurrent(t *testing.T) {
 		t.Fatalf("lease counted %d, want %d", adm, total)
 	}
 }
+
+// A snapshot holds a leased key's debt under its usual bucket, where a
+// restore, which knows no leases, finds it; never the leased bucket.
+func TestLeaseInASnapshot(t *testing.T) {
+	e := leaseRig(t, Options{})
+	l := lease(t, e, 0.1, 0, "ip=1")
+	if got := admitted(t, e, "q", desc("ip=1"), 80, 0); got != 80 {
+		t.Fatal(got)
+	}
+	var saved []bucket.Saved
+	e.Export(0, func(b []bucket.Saved) { saved = append(saved, b...) })
+	if len(saved) != 1 || saved[0].Key != l.Key() || saved[0].Fill > 0.2+1e-9 {
+		t.Fatalf("saved %+v, want the usual bucket %#x at fill 0.2", saved, l.Key())
+	}
+}

@@ -42,7 +42,7 @@ func (e *Engine) Weights() []float64 {
 
 // Export calls emit with every bucket worth saving, as of now: see
 // bucket.Store.Export, which it runs shard by shard. Buckets of hot values
-// are not emitted; their debt goes with the value's usual bucket.
+// and leased keys are not emitted; their debt goes with the usual bucket.
 func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
 	ws := e.weightEpochs()
 	e.swapMu.Lock()
@@ -78,6 +78,7 @@ func (e *Engine) Export(now int64, emit func([]bucket.Saved)) {
 			merge[k] = sv
 		}
 	}
+	e.leasedDebts(ws, merge, now)
 	e.store.Export(ws, now, func(batch []bucket.Saved) {
 		for i := range batch {
 			if m, ok := merge[batch[i].Key]; ok {
