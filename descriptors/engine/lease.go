@@ -109,9 +109,12 @@ const MinLeaseWeight = 1e-6
 // Lease is one bucket key of one rule given a weight of its own for RLS's
 // draws: while it is in force, Decide draws on the key from the lease's
 // bucket, divided by the lease's weight, and counts the draws. It is made by
-// Engine.Lease and ended by Engine.Release, or by a reload that drops its
-// rule (a reload that keeps the rule's identity keeps it). It is safe for
-// concurrent use.
+// Engine.Lease and ended by Release, or by a reload that drops its rule (a
+// reload that keeps the rule's identity keeps it). Its weight is absolute,
+// as BucketShare.Weight is, not a part of it: when the share changes (a
+// membership or demand division, a value turning hot or cold), the caller
+// sets the lease's weight again. Like every bucket, the leased one holds at
+// least one token, whatever the weight. It is safe for concurrent use.
 type Lease struct {
 	e        *Engine
 	identity string // its rule's
@@ -177,10 +180,12 @@ func (e *Engine) Lease(r *descriptors.Rule, key uint64, w float64, now int64) (*
 	return l, nil
 }
 
-// Release ends lease l at now: RLS's draws on its key go back to the bucket
-// they drew on before, which ends no fuller than the lease's bucket, and
-// its weight group is free again. Releasing an ended lease does nothing.
-func (e *Engine) Release(l *Lease, now int64) {
+// Release ends the lease at now: RLS's draws on its key go back to the
+// bucket they drew on before, which ends no fuller than the lease's bucket,
+// and its weight group is free again. Releasing an ended lease does
+// nothing.
+func (l *Lease) Release(now int64) {
+	e := l.e
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	e.noteNow(now)
@@ -227,28 +232,33 @@ func (l *Lease) end() bool {
 	return true
 }
 
-// Set changes the lease's weight to w at now (a part of 0 is held as
-// MinLeaseWeight, a part above 1 as 1): the leased bucket keeps its fill
-// ratio, as any bucket does when its weight changes. It reports false, and
-// changes nothing, once the lease has ended or for a w that is NaN.
-func (l *Lease) Set(w float64, now int64) bool {
+// Set changes the lease's weight to w at now (a w below MinLeaseWeight is
+// held as that, one above 1 as 1): the leased bucket keeps its fill ratio,
+// as any bucket does when its weight changes. It changes nothing once the
+// lease has ended (Active), or for a NaN.
+func (l *Lease) Set(w float64, now int64) {
 	if math.IsNaN(w) {
-		return false
+		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
-		return false
+	if !l.ended {
+		l.e.SetGroupWeight(int(l.group), leaseWeight(w), now)
 	}
-	l.e.SetGroupWeight(int(l.group), leaseWeight(w), now)
-	return true
 }
 
 // leaseWeight is w held to [MinLeaseWeight, 1].
 func leaseWeight(w float64) float64 { return min(max(w, MinLeaseWeight), 1) }
 
-// Weight is the lease's weight in force.
-func (l *Lease) Weight() float64 { return l.e.weights[l.group].Load().W }
+// Weight is the lease's weight in force; 0 once it has ended.
+func (l *Lease) Weight() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return 0
+	}
+	return l.e.weights[l.group].Load().W
+}
 
 // Key is the bucket key the lease is on.
 func (l *Lease) Key() uint64 { return l.key }
