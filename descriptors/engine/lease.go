@@ -131,9 +131,26 @@ type Lease struct {
 	offered, admitted atomic.Uint64
 }
 
+// leaseBack is a bucket RLS draws on without the lease: a hot value's
+// (hot and dr set: the value may cool before the lease ends) or the usual.
 type leaseBack struct {
 	key   uint64
 	group uint16
+	hot   *HotValue
+	dr    *DemandRule
+}
+
+// target is where the debt goes when the lease ends at b: b, or, when b is
+// a hot value's bucket and the value has cooled since, the usual bucket,
+// to which the value's own debt went (SetHot).
+func (b *leaseBack) target(usual uint64) (uint64, uint16) {
+	if b.hot == nil {
+		return b.key, b.group
+	}
+	if set := b.dr.hot.set.Load(); set != nil && (*set)[b.hot.id] == b.hot {
+		return b.key, b.group
+	}
+	return usual, b.dr.domainGroup
 }
 
 // Lease gives the bucket key of rule r (BucketShare.Key) its own weight w:
@@ -216,7 +233,8 @@ func (l *Lease) Release(now int64) {
 	// the debt where it goes. One already past its look may still make
 	// the leased bucket again; unused from then on, it is swept.
 	if b := l.back.Load(); b != nil {
-		e.store.Move(mix(l.key, l.salt), e.weights[l.group].Load(), b.key, e.weights[b.group].Load(), b.group, now)
+		k, g := b.target(l.key)
+		e.store.Move(mix(l.key, l.salt), e.weights[l.group].Load(), k, e.weights[g].Load(), g, now)
 	}
 	e.freeGroups = append(e.freeGroups, l.group)
 }
@@ -276,7 +294,11 @@ func (l *Lease) Active() bool {
 func (l *Lease) Counts() (offered, admitted uint64) { return l.offered.Load(), l.admitted.Load() }
 
 // leaseRoute sends p, routed to the bucket RLS draws on without a lease, to
-// the lease on its key in m, if there is one.
+// the lease on its key in m, if there is one. The leased bucket starts no
+// fuller than that bucket: for a hot value, the hot bucket. (A hot bucket
+// not made yet counts as full there, though it would start at the usual
+// bucket's fill: a lease that begins between a value turning hot and its
+// first draw may start that much fuller, once.)
 func (e *Engine) leaseRoute(p *plan, m map[uint64]*Lease) {
 	l := m[p.usual]
 	if l == nil {
@@ -284,7 +306,11 @@ func (e *Engine) leaseRoute(p *plan, m map[uint64]*Lease) {
 	}
 	req := &p.req
 	if b := l.back.Load(); b == nil || b.key != req.Key || b.group != req.Group {
-		l.back.Store(&leaseBack{key: req.Key, group: req.Group})
+		nb := &leaseBack{key: req.Key, group: req.Group}
+		if p.hot != nil {
+			nb.hot, nb.dr = p.hot, p.dr
+		}
+		l.back.Store(nb)
 	}
 	req.From, req.FromWeight, req.FromOverflow = req.Key, p.wt, req.OverflowKey
 	req.Key, req.OverflowKey = mix(p.usual, l.salt), mix(req.OverflowKey, l.salt)

@@ -368,3 +368,32 @@ func TestLeaseInASnapshot(t *testing.T) {
 		t.Fatalf("saved %+v, want the usual bucket %#x at fill 0.2", saved, l.Key())
 	}
 }
+
+// A lease on a hot value's key starts from the hot bucket; when the value
+// cools while leased, the lease's debt goes to the usual bucket, where
+// the value's own went, not to the forgotten hot bucket.
+func TestLeaseOnAHotValue(t *testing.T) {
+	e, d := hotRig(t)
+	hot := e.SetHot(d, []uint64{idOf(e, d, "client=c1")}, 0)
+	e.SetGroupWeight(hot[0].Group(), 0.8, 0)
+	if got := admitted(t, e, "a", desc("client=c1"), 40, 0); got != 40 {
+		t.Fatal(got)
+	}
+	s := e.BucketShare("a", map[string]string{"client": "c1"})
+	l, err := e.Lease(s.Rule, s.Key, 0.4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hot bucket is at 40/80 = 0.5: the lease starts at 0.5 × 40.
+	if got := admitted(t, e, "a", desc("client=c1"), 100, 0); got != 20 {
+		t.Fatalf("the lease gave %d at once, want 20 (the hot bucket's fill)", got)
+	}
+	if off, adm := hot[0].Counts(); off != 140 || adm != 60 {
+		t.Fatalf("hot meter %d %d: draws through the lease still meter the hot value", off, adm)
+	}
+	e.SetHot(d, nil, 0) // c1 cools while leased
+	l.Release(0)
+	if got := admitted(t, e, "a", desc("client=c1"), 100, 0); got != 0 {
+		t.Fatalf("after the value cooled and the lease ended, c1 got %d, want 0 (the lease's bucket was empty)", got)
+	}
+}
