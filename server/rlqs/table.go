@@ -1,0 +1,360 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/descriptors/engine"
+)
+
+// idEntry is one distinct (domain, bucket id): what it resolved to, the
+// streams reporting it, and what ended streams may still enforce for it.
+type idEntry struct {
+	key       string // domain and canonical id (idKey)
+	domain    string
+	id        map[string]string
+	target    Target
+	share     *share // nil unless target is Limited and leased
+	consumers map[*stream]*consumer
+	reserved  []reservation
+}
+
+// reservation is a part an ended or abandoned consumer's Envoy may still
+// enforce, until its assignment's time to live has passed.
+type reservation struct {
+	part  Part
+	until int64
+}
+
+// shareKey identifies one share: the engine's bucket key in a domain.
+type shareKey struct {
+	domain string
+	key    uint64
+}
+
+// share is this replica's share of one bucket key, divided among the
+// consumers of its ids and the RLS lease.
+type share struct {
+	key     shareKey
+	target  Target // as of the last division
+	fill    int64  // whole seconds, fixed for the rule
+	lease   Lease
+	rls     held
+	entries map[*idEntry]struct{}
+	// offered and at are the lease's count and the time of the last
+	// division, for RLS's demand.
+	offered   uint64
+	at        int64
+	rlsDemand float64
+	dirty     bool
+	// assigned is the sum of the parts given at the last division,
+	// reservations included; budget is the share then.
+	assigned, budget Part
+}
+
+// consumer is one stream's use of one bucket id.
+type consumer struct {
+	st       *stream
+	e        *idEntry
+	demand   float64
+	known    bool // demand was measured over a period
+	reported int64
+	active   int64 // last report with requests in it
+	part     held
+	sent     encoded
+	hasSent  bool
+	queued   bool // an action for it waits in st.out
+}
+
+// held is a part whose grows wait for the hold.
+type held struct {
+	cur, pending Part
+	set, growing bool
+	since        int64
+}
+
+// stream is one open RLQS stream.
+type stream struct {
+	id        uint64
+	peer      string
+	domain    string
+	opened    int64
+	reports   uint64
+	queue     chan *rlqsv3.RateLimitQuotaResponse
+	end       context.CancelCauseFunc
+	consumers map[*idEntry]*consumer
+	// out are actions waiting for flush (abandons, denials of ids not
+	// held); pending are consumers whose assignment waits for it.
+	out      []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	pending  []*consumer
+	flushing bool // listed in Service.flushing
+	ended    bool
+}
+
+// validate checks a report before anything of it is used: a domain (this
+// message's or the stream's first), and bucket ids within the limits RLS
+// requests have. An empty report is fine (Envoy sends one when it holds no
+// bucket).
+func validate(r *rlqsv3.RateLimitQuotaUsageReports, st *stream) error {
+	if len(r.GetDomain()) > engine.MaxValueBytes {
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %d bytes, at most %d allowed", len(r.GetDomain()), engine.MaxValueBytes)
+	}
+	if r.GetDomain() == "" && st.domain == "" {
+		return status.Error(codes.InvalidArgument, "rlqs: domain: the stream's first report names no domain")
+	}
+	for i, u := range r.GetBucketQuotaUsages() {
+		if err := validID(u.GetBucketId().GetBucket()); err != nil {
+			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %s", i, err)
+		}
+	}
+	return nil
+}
+
+// validID is the limits of a bucket id.
+func validID(id map[string]string) error {
+	switch {
+	case len(id) == 0:
+		return fmt.Errorf("empty")
+	case len(id) > engine.MaxDescriptors:
+		return fmt.Errorf("%d entries, at most %d allowed", len(id), engine.MaxDescriptors)
+	}
+	for k, v := range id {
+		switch {
+		case k == "":
+			return fmt.Errorf("an empty key")
+		case len(k) > engine.MaxKeyBytes:
+			return fmt.Errorf("a key of %d bytes, at most %d allowed", len(k), engine.MaxKeyBytes)
+		case len(v) > engine.MaxValueBytes:
+			return fmt.Errorf("key %.64q: a value of %d bytes, at most %d allowed", k, len(v), engine.MaxValueBytes)
+		}
+	}
+	return nil
+}
+
+// idKey is the map key of (domain, id): lengths then text, keys sorted, so
+// distinct ids never collide.
+func idKey(domain string, id map[string]string) string {
+	keys := make([]string, 0, len(id))
+	for k := range id {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d:%s", len(domain), domain)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "|%d:%s=%d:%s", len(k), k, len(id[k]), id[k])
+	}
+	return b.String()
+}
+
+// open registers a new stream; nil when MaxStreams are open.
+func (s *Service) open(end context.CancelCauseFunc, peer string) *stream {
+	s.everOpened.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.streams) >= s.opt.MaxStreams {
+		return nil
+	}
+	s.nextStream++
+	st := &stream{id: s.nextStream, peer: peer, opened: s.opt.Clock(), end: end,
+		queue: make(chan *rlqsv3.RateLimitQuotaResponse, s.opt.Queue), consumers: map[*idEntry]*consumer{}}
+	s.streams[st.id] = st
+	return st
+}
+
+// close ends st: its consumers' last assignments stay reserved until their
+// time to live has passed, since its Envoy keeps enforcing them.
+func (s *Service) close(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked(st, s.opt.Clock())
+}
+
+func (s *Service) closeLocked(st *stream, now int64) {
+	if st.ended {
+		return
+	}
+	st.ended = true
+	st.out, st.pending = nil, nil
+	delete(s.streams, st.id)
+	for e, c := range st.consumers {
+		s.drop(c, now)
+		delete(st.consumers, e)
+	}
+}
+
+// drop removes c from its id, reserving what its Envoy may still enforce.
+func (s *Service) drop(c *consumer, now int64) {
+	e := c.e
+	delete(e.consumers, c.st)
+	if e.share != nil && c.part.set {
+		p := c.part.cur
+		if c.hasSent {
+			p = maxPart(p, c.sentPart(e.share))
+		}
+		e.reserved = append(e.reserved, reservation{part: p, until: now + s.ttl})
+		s.markDirty(e.share)
+	}
+	s.prune(e, now)
+}
+
+// report records r from st and answers it: new ids are divided at once,
+// known ones renew their assignment.
+func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.ended {
+		return
+	}
+	now := s.opt.Clock()
+	st.reports++
+	domain := r.GetDomain()
+	if domain == "" {
+		domain = st.domain
+	} else if st.domain == "" {
+		st.domain = domain
+	}
+	for _, u := range r.GetBucketQuotaUsages() {
+		id := u.GetBucketId().GetBucket()
+		e := s.entry(domain, id, now)
+		if e == nil {
+			s.refuse(reasonOverflow)
+			st.out = append(st.out, action(id, Blanket(false), s.ttl))
+			s.noteOut(st)
+			continue
+		}
+		c, fresh := st.consumers[e], false
+		if c == nil {
+			c, fresh = &consumer{st: st, e: e, active: now}, true
+			st.consumers[e] = c
+			e.consumers[st] = c
+		}
+		c.record(u, now)
+		if fresh && e.share != nil {
+			s.divide(e.share, now)
+		} else if e.share != nil {
+			s.markDirty(e.share)
+		}
+		s.queue(c)
+	}
+	s.flush(now)
+}
+
+// record takes one usage report's demand: requests (allowed and denied)
+// over the period, Envoy's or, when Envoy says 0 s, this clock's.
+func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now int64) {
+	n := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
+	elapsed := u.GetTimeElapsed().AsDuration().Seconds()
+	if !(elapsed > 0) && c.reported != 0 {
+		elapsed = float64(now-c.reported) / 1e9
+	}
+	if elapsed > 0 {
+		c.demand, c.known = n/elapsed, true
+	}
+	c.reported = now
+	if n > 0 {
+		c.active = now
+	}
+}
+
+// entry finds or creates (domain, id); nil when MaxBuckets ids are held.
+func (s *Service) entry(domain string, id map[string]string, now int64) *idEntry {
+	k := idKey(domain, id)
+	if e := s.ids[k]; e != nil {
+		return e
+	}
+	if len(s.ids) >= s.opt.MaxBuckets {
+		if !s.overflowed {
+			s.overflowed = true
+			s.log.Warn("rlqs: bucket ids past --max-buckets are denied", "max_buckets", s.opt.MaxBuckets, "domain", domain)
+		}
+		return nil
+	}
+	e := &idEntry{key: k, domain: domain, id: cloneID(id), consumers: map[*stream]*consumer{}}
+	s.ids[k] = e
+	s.bind(e, s.opt.Engine.Resolve(domain, e.id), now)
+	return e
+}
+
+func cloneID(id map[string]string) map[string]string {
+	c := make(map[string]string, len(id))
+	for k, v := range id {
+		c[k] = v
+	}
+	return c
+}
+
+// bind attaches e to the share of t (a Limited one), leasing the key for a
+// new share. A key that cannot be leased is denied over RLQS.
+func (s *Service) bind(e *idEntry, t Target, now int64) {
+	e.target = t
+	if t.Kind != Limited {
+		switch t.Kind {
+		case UnknownDomain:
+			s.refuse(reasonUnknownDomain)
+		case NoRule, NoLimit:
+			s.refuse(reasonNoRule)
+		}
+		return
+	}
+	k := shareKey{e.domain, t.Key}
+	sh := s.shares[k]
+	if sh == nil {
+		lease, err := s.opt.Engine.Lease(t, now)
+		if err != nil {
+			s.refuse(reasonLease)
+			s.log.Warn("rlqs: no lease for a bucket key; its ids are denied over RLQS", "domain", e.domain, "rule", t.Rule, "err", err)
+			e.target.Kind = NoLimit
+			return
+		}
+		sh = &share{key: k, target: t, fill: fillSeconds(t.Rate, t.WindowSeconds), lease: lease,
+			entries: map[*idEntry]struct{}{}, at: now}
+		sh.offered, _ = lease.Counts()
+		// RLS had the whole share until now: its part starts there.
+		sh.rls = held{cur: Part{t.Rate * t.Weight, t.Burst * t.Weight}, set: true}
+		s.shares[k] = sh
+	}
+	sh.entries[e] = struct{}{}
+	e.share = sh
+}
+
+// unbind detaches e from its share, releasing a share left with no ids.
+func (s *Service) unbind(e *idEntry, now int64) {
+	sh := e.share
+	if sh == nil {
+		return
+	}
+	e.share = nil
+	delete(sh.entries, e)
+	if len(sh.entries) == 0 {
+		sh.lease.Release(now)
+		delete(s.shares, sh.key)
+		return
+	}
+	s.markDirty(sh)
+}
+
+// prune drops e's expired reservations, and e itself once nothing uses it.
+func (s *Service) prune(e *idEntry, now int64) {
+	e.reserved = slices.DeleteFunc(e.reserved, func(r reservation) bool { return r.until <= now })
+	if len(e.consumers) == 0 && len(e.reserved) == 0 {
+		s.unbind(e, now)
+		delete(s.ids, e.key)
+	}
+}
+
+func (s *Service) markDirty(sh *share) {
+	if !sh.dirty {
+		sh.dirty = true
+		s.dirty = append(s.dirty, sh)
+	}
+}
+
+func maxPart(a, b Part) Part { return Part{max(a.Rate, b.Rate), max(a.Burst, b.Burst)} }
+func minPart(a, b Part) Part { return Part{min(a.Rate, b.Rate), min(a.Burst, b.Burst)} }
