@@ -1,6 +1,7 @@
 package envoymodel
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -191,6 +192,13 @@ func TestSlots(t *testing.T) {
 	}
 	if got := (Slots{}).Add(b); got.First != 8 || len(got.Counts) != 3 {
 		t.Errorf("empty.Add = %+v", got)
+	}
+	// Window: slots before and after the run count 0.
+	if w := b.Window(7, 12); w.First != 7 || fmt.Sprint(w.Counts) != "[0 1 0 4 0]" {
+		t.Errorf("Window(7, 12) = %+v, want [0 1 0 4 0] from 7", w)
+	}
+	if w := b.Window(9, 9); len(w.Counts) != 0 {
+		t.Errorf("empty Window = %+v", w)
 	}
 }
 

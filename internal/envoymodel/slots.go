@@ -38,6 +38,18 @@ func (s Slots) Add(o Slots) Slots {
 	return sum
 }
 
+// Window returns the slots from first up to but not including end, those
+// outside s counting 0.
+func (s Slots) Window(first, end int64) Slots {
+	w := Slots{First: first, Counts: make([]uint64, max(end-first, 0))}
+	for i := range w.Counts {
+		if j := first + int64(i) - s.First; j >= 0 && j < int64(len(s.Counts)) {
+			w.Counts[i] = s.Counts[j]
+		}
+	}
+	return w
+}
+
 func (s Slots) clone() Slots {
 	return Slots{First: s.First, Counts: append([]uint64(nil), s.Counts...)}
 }
