@@ -62,4 +62,7 @@ type Engine interface {
 	// lease can be had now; the service then denies the id over RLQS, so
 	// RLS keeps the whole share.
 	Lease(t Target, now int64) (Lease, error)
+	// Reported counts requests an Envoy decided itself for t's key (RLQS
+	// reports), so demand sharing sees this replica's RLQS traffic.
+	Reported(t Target, offered, admitted uint64)
 }

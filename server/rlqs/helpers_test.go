@@ -21,11 +21,12 @@ import (
 // fakeEngine resolves ids from a table: "domain|k=v,..." to a target.
 // Domains not in domains are unknown; ids not in the table match no rule.
 type fakeEngine struct {
-	mu      sync.Mutex
-	domains map[string]bool
-	targets map[string]Target
-	leases  map[uint64]*fakeLease
-	noLease bool
+	mu       sync.Mutex
+	domains  map[string]bool
+	targets  map[string]Target
+	leases   map[uint64]*fakeLease
+	noLease  bool
+	reported uint64
 }
 
 func newFakeEngine() *fakeEngine {
@@ -76,6 +77,12 @@ func (f *fakeEngine) Lease(t Target, now int64) (Lease, error) {
 	l.w2.Store(t.Weight)
 	f.leases[t.Key] = l
 	return l, nil
+}
+
+func (f *fakeEngine) Reported(t Target, offered, admitted uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reported += offered
 }
 
 func (f *fakeEngine) lease(key uint64) *fakeLease {

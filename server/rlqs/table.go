@@ -236,6 +236,11 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 			e.consumers[st] = c
 		}
 		c.record(u, now)
+		if e.target.Kind == Limited {
+			if n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied(); n > 0 {
+				s.opt.Engine.Reported(e.target, n, u.GetNumRequestsAllowed())
+			}
+		}
 		if fresh && e.share != nil {
 			s.divide(e.share, now)
 		} else if e.share != nil {
