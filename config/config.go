@@ -130,6 +130,16 @@ type Config struct {
 	MaxBuckets    int
 	SweepInterval time.Duration
 
+	// RLQS serves Envoy's Rate Limit Quota Service on the gRPC listener.
+	// It acts only for a client that opens a stream, and hands out parts of
+	// the same share RLS enforces, so it is on by default.
+	RLQS bool
+	// RLQSTTL is every RLQS assignment's time to live (whole seconds).
+	RLQSTTL time.Duration
+	// RLQSAbandonAfter: a bucket an Envoy reports idle this long is
+	// abandoned (Envoy never drops a bucket itself).
+	RLQSAbandonAfter time.Duration
+
 	ShadowMode              bool
 	QuotaMode               bool
 	ResponseDynamicMetadata bool

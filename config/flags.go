@@ -133,6 +133,9 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.PeersDNSServer, "peers-dns-server", "", "DNS server (host:port) asked for --peers-dns over TCP instead of the system resolver, e.g. Consul's DNS, which answers at most 3 records over UDP")
 	fs.Var(seconds{&c.PeersDNSInterval}, "peers-dns-interval", "how often --peers-dns is resolved again")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
+	fs.BoolVar(&c.RLQS, "rlqs", true, "serve Envoy's Rate Limit Quota Service (RLQS) on the gRPC listener: Envoys that open a stream enforce parts of this replica's share themselves")
+	fs.Var(seconds{&c.RLQSTTL}, "rlqs-ttl", "time to live of each RLQS assignment, whole seconds (Envoy reports every 5s, and each answer renews it)")
+	fs.Var(seconds{&c.RLQSAbandonAfter}, "rlqs-abandon-after", "an RLQS bucket an Envoy reports idle this long is abandoned (Envoy never drops one itself)")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "global shadow mode: always answer OK overall, still count what would be over limit")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", false, "global quota mode: every descriptor is in quota mode (OVER_LIMIT overall only when all are over)")
@@ -155,16 +158,18 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 // Defaults returns the settings with every default applied.
 func Defaults() *Config {
 	c := &Config{
-		ReloadDebounce:  250 * time.Millisecond,
-		ConsulWait:      time.Minute,
-		MembershipHold:  2 * time.Second,
-		MembershipGrace: 30 * time.Second,
-		DemandInterval:  time.Second,
-		SweepInterval:   10 * time.Second,
-		Drain:           5 * time.Second,
-		ShutdownTimeout: 10 * time.Second,
-		StateMaxAge:     10 * time.Minute,
-		JoinRamp:        JoinRampAuto,
+		ReloadDebounce:   250 * time.Millisecond,
+		ConsulWait:       time.Minute,
+		MembershipHold:   2 * time.Second,
+		MembershipGrace:  30 * time.Second,
+		DemandInterval:   time.Second,
+		SweepInterval:    10 * time.Second,
+		RLQSTTL:          15 * time.Second,
+		RLQSAbandonAfter: 2 * time.Minute,
+		Drain:            5 * time.Second,
+		ShutdownTimeout:  10 * time.Second,
+		StateMaxAge:      10 * time.Minute,
+		JoinRamp:         JoinRampAuto,
 		// upstream's XDS_CLIENT_BACKOFF_* defaults
 		XDSBackoffInitial: 10 * time.Second,
 		XDSBackoffMax:     time.Minute,

@@ -212,6 +212,7 @@ func (c *Config) validateRuntime(bad badFunc) {
 	if c.SweepInterval <= 0 {
 		bad("sweep-interval", "must be positive")
 	}
+	c.validateRLQS(bad)
 	if c.ReloadDebounce < 0 {
 		bad("reload-debounce", "must not be negative")
 	}
@@ -371,4 +372,16 @@ func sameHost(a, b string) bool {
 		return strings.ToLower(h)
 	}
 	return norm(a) == norm(b)
+}
+
+// validateRLQS checks the RLQS settings. Envoy reads a time to live in whole
+// seconds (under 1s expires at once) and reports every 5s, so a bucket must
+// stay at least two reports before it counts as idle.
+func (c *Config) validateRLQS(bad badFunc) {
+	if c.RLQSTTL < time.Second || c.RLQSTTL > time.Hour || c.RLQSTTL%time.Second != 0 {
+		bad("rlqs-ttl", "must be whole seconds between 1s and 1h, got %s", c.RLQSTTL)
+	}
+	if c.RLQSAbandonAfter < 10*time.Second || c.RLQSAbandonAfter > 24*time.Hour {
+		bad("rlqs-abandon-after", "must be between 10s and 24h, got %s", c.RLQSAbandonAfter)
+	}
 }

@@ -26,6 +26,7 @@ func TestValidateEveryError(t *testing.T) {
 		DomainServices: []DomainService{{Domain: "a", Service: ""}}, ConsulQueryRate: 0, ConsulWait: time.Hour,
 		MembershipHold: -1, ShareMode: "both", DemandInterval: time.Hour, DemandMaxWrites: 0, DemandTopKeys: -1,
 		DemandPrefix: "/x", PeersDNSServer: "dns:53", PeersDNSInterval: time.Second, MaxBuckets: 0, SweepInterval: 0,
+		RLQSTTL: 1500 * time.Millisecond, RLQSAbandonAfter: time.Second,
 		ReloadDebounce: -1, Drain: -1, StateMaxAge: 0, StateInterval: time.Millisecond, JoinRamp: -5,
 		HeaderLimit: "Rate Limit", HeaderRemaining: "", HeaderReset: "RateLimit-Reset", LogFormat: "xml", LogLevel: "loud",
 	}
