@@ -26,6 +26,7 @@ import (
 	"github.com/sharelimit/sharelimit/internal/gcpace"
 	"github.com/sharelimit/sharelimit/internal/monotime"
 	"github.com/sharelimit/sharelimit/server"
+	"github.com/sharelimit/sharelimit/server/rlqs"
 	"github.com/sharelimit/sharelimit/source"
 	"github.com/sharelimit/sharelimit/source/xds"
 	"github.com/sharelimit/sharelimit/state"
@@ -48,6 +49,7 @@ type Daemon struct {
 	health  *health.Server
 	streams *server.StreamCloser
 	grpc    server.GRPC
+	rlqs    *rlqs.Service // nil with --rlqs=false
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
@@ -152,6 +154,7 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	j.register(metrics.Registry)
 	for _, v := range d.views {
 		v.join.Store(j)
+		v.reshare = d.reshare
 	}
 	// Listen before building the gRPC server: grpc-go starts its stream
 	// workers in NewServer, and a listener that fails must leave nothing
@@ -161,10 +164,15 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	}
 	d.health = server.NewHealth()
 	d.streams = server.NewStreamCloser()
+	opts, err := d.newRLQS(metrics)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, d.streams.ServerOption())
 	if cfg.GRPCTransport == config.TransportDirect {
-		d.grpc = server.NewDirectServer(svc, d.health, tlsConfig, log.With("component", "grpc"), d.streams.ServerOption())
+		d.grpc = server.NewDirectServer(svc, d.health, tlsConfig, log.With("component", "grpc"), opts...)
 	} else {
-		d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, d.streams.ServerOption())
+		d.grpc = server.NewGRPCServer(svc, d.health, tlsConfig, opts...)
 	}
 	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
 	d.admin.SetVersion(version)
@@ -172,7 +180,13 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
 	// says again.
 	d.setReady(d.readyWith(d.engine.Set()) && !d.waitsForXDS())
-	rules.onInstall(func(set *descriptors.Set) { d.setReady(d.readyWith(set)); d.markReload(rules) })
+	rules.onInstall(func(set *descriptors.Set) {
+		d.setReady(d.readyWith(set))
+		d.markReload(rules)
+		if d.rlqs != nil {
+			d.rlqs.Reload()
+		}
+	})
 	d.markMembership()
 	admin := d.admin.Handler()
 	if host, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && !config.IsLoopback(host) {
@@ -285,6 +299,9 @@ func (d *Daemon) Run(ctx context.Context, now <-chan struct{}) error {
 	}
 	g.Go(func() error { return sweep(gctx, d.engine, d.cfg.SweepInterval, d.clock) })
 	g.Go(func() error { return d.history(gctx) })
+	if d.rlqs != nil {
+		g.Go(func() error { return d.rlqs.Run(gctx) })
+	}
 	if d.state != nil && d.cfg.StateInterval > 0 {
 		g.Go(func() error { return d.state.checkpoints(gctx, d.cfg.StateInterval) })
 	}

@@ -44,7 +44,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 		}
 		v.register(reg)
 		if v.consul != nil {
-			v.demand = controller.New(controller.NewEngine(d.engine), client, controller.Config{
+			v.demand = controller.New(reshared{controller.NewEngine(d.engine), d}, client, controller.Config{
 				Service: v.service, Group: v.group, Prefix: cfg.DemandPrefix, Interval: cfg.DemandInterval,
 				MaxWrites: cfg.DemandMaxWrites, QueryRate: cfg.ConsulQueryRate, Node: cfg.Node, TopKeys: cfg.DemandTopKeys,
 				View: func() membership.View { return *v.cur.Load() }, Passing: v.consul.PassingNodes, Clock: d.clock,

@@ -34,6 +34,9 @@ type view struct {
 	cur     atomic.Pointer[membership.View]
 	engine  *engine.Engine
 	clock   monotime.Clock
+	// reshare tells RLQS of a weight published; nil until the daemon has
+	// built it.
+	reshare func()
 	// demand shares this view's demand rules; nil for a static view. Set
 	// before the watch runs.
 	demand *controller.Controller
@@ -53,6 +56,9 @@ func (v *view) publish(mv membership.View) {
 		a.Mark(server.MarkMembership, fmt.Sprintf("%s: %d replicas, weight %s", v.label(), mv.Total, human.Share(mv.Weight)))
 	}
 	v.engine.SetGroupWeight(v.group, mv.Weight, v.clock())
+	if v.reshare != nil {
+		v.reshare()
+	}
 	if j := v.join.Load(); j != nil {
 		j.observed(v, mv)
 	}

@@ -51,6 +51,11 @@ func NewGRPCServer(svc rlsv3.RateLimitServiceServer, h *health.Server, tlsConfig
 	}
 	gs := grpc.NewServer(append(opts, extra...)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	for _, o := range extra {
+		if r, ok := o.(alsoServe); ok {
+			r.register(gs)
+		}
+	}
 	healthpb.RegisterHealthServer(gs, h)
 	reflection.Register(gs)
 	return gs
@@ -242,4 +247,16 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: chmod: %w", addr, err)
 	}
 	return l, nil
+}
+
+// AlsoServe is a server option that registers more services on the grpc-go
+// server NewGRPCServer builds (for NewDirectServer, the one it relays to):
+// RLQS beside RLS. grpc-go itself ignores it.
+func AlsoServe(register func(grpc.ServiceRegistrar)) grpc.ServerOption {
+	return alsoServe{register: register}
+}
+
+type alsoServe struct {
+	grpc.EmptyServerOption
+	register func(grpc.ServiceRegistrar)
 }

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sharelimit/sharelimit/config"
+)
+
+// rlqsStream opens an RLQS stream to r's daemon and sends one report for
+// bucket id {k: v} of domain d, returning the first answer.
+func rlqsExchange(t *testing.T, r *running, v string) (*rlqsv3.RateLimitQuotaResponse, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(r.d.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"k": v}}, NumRequestsAllowed: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Recv()
+}
+
+// The daemon serves RLQS on its gRPC listener, over either transport: an
+// assignment within this replica's share, a lease on the key for RLS, and
+// the series once a stream has opened.
+func TestDaemonServesRLQS(t *testing.T) {
+	for _, transport := range []string{config.TransportGRPCGo, config.TransportDirect} {
+		t.Run(transport, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.GRPCTransport = transport
+			cfg.Replicas, cfg.JoinRamp = 2, 0 // no ramp: new buckets start full
+			if err := os.WriteFile(filepath.Join(cfg.ConfigDir, "r.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := start(t, cfg)
+			resp, err := rlqsExchange(t, r, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+			if tb == nil || tb.GetTokensPerFill().GetValue() == 0 || tb.GetTokensPerFill().GetValue() > 50 {
+				t.Fatalf("got %v, want a token bucket within the share of 50/s", resp)
+			}
+			bs := r.d.engine.BucketShare("d", map[string]string{"k": "x"})
+			if bs.Lease == nil || float64(tb.GetTokensPerFill().GetValue())+bs.Lease.Weight()*100 > 50+1e-6 {
+				t.Fatalf("lease %v beside %d/s", bs.Lease, tb.GetTokensPerFill().GetValue())
+			}
+			if code := r.call(t, "d", "k=x").GetOverallCode().String(); code != "OK" {
+				t.Fatalf("RLS on the leased key: %s", code)
+			}
+			_, metrics := r.get(t, r.d.httpLis.Addr().String(), "/metrics")
+			if !strings.Contains(metrics, "sharelimit_rlqs_streams 1") {
+				t.Fatal("no sharelimit_rlqs_streams 1 in /metrics")
+			}
+		})
+	}
+}
+
+// With --rlqs=false the service is not there.
+func TestDaemonRLQSOff(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.RLQS = false
+	r := start(t, cfg)
+	if _, err := rlqsExchange(t, r, "x"); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("got %v, want Unimplemented", err)
+	}
+	_, metrics := r.get(t, r.d.httpLis.Addr().String(), "/metrics")
+	if strings.Contains(metrics, "sharelimit_rlqs_") {
+		t.Fatal("RLQS series with --rlqs=false")
+	}
+}
