@@ -50,9 +50,11 @@ type Daemon struct {
 	streams *server.StreamCloser
 	grpc    server.GRPC
 	rlqs    *rlqs.Service // nil with --rlqs=false
-	http    *http.Server
-	grpcLis net.Listener
-	httpLis net.Listener
+	// rlqsSnap is what the pages show of it; nil with --rlqs=false.
+	rlqsSnap func() *rlqs.Snapshot
+	http     *http.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
 	// The debug listener (--debug-addr, upstream's DEBUG_PORT): upstream's
 	// debug endpoints (server.Admin.DebugHandler); nil when not asked for.
 	debug    *http.Server
@@ -176,6 +178,9 @@ func (d *Daemon) finish(cfg *config.Config, log *slog.Logger, version string, me
 	}
 	d.admin = server.NewAdmin(svc, d.engine, metrics, d.views.Admin, rules.Status)
 	d.admin.SetVersion(version)
+	if d.rlqsSnap != nil {
+		d.admin.SetRLQS(d.rlqsSnap)
+	}
 	// Ready unless health waits for a config with a domain in it (upstream's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); from now on every install
 	// says again.

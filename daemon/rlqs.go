@@ -26,6 +26,13 @@ func (d *Daemon) newRLQS(metrics *server.Metrics) ([]grpc.ServerOption, error) {
 		return nil, fmt.Errorf("--rlqs: %w", err)
 	}
 	d.rlqs = svc
+	d.rlqsSnap = func() *rlqs.Snapshot {
+		if !svc.Used() {
+			return nil
+		}
+		snap := svc.Snapshot()
+		return &snap
+	}
 	metrics.Registry.MustRegister(svc.Collector())
 	return []grpc.ServerOption{server.AlsoServe(func(r grpc.ServiceRegistrar) {
 		rlqsv3.RegisterRateLimitQuotaServiceServer(r, svc)

@@ -68,9 +68,15 @@ func TestDaemonServesRLQS(t *testing.T) {
 			if code := r.call(t, "d", "k=x").GetOverallCode().String(); code != "OK" {
 				t.Fatalf("RLS on the leased key: %s", code)
 			}
-			_, metrics := r.get(t, r.d.httpLis.Addr().String(), "/metrics")
+			addr := r.d.httpLis.Addr().String()
+			_, metrics := r.get(t, addr, "/metrics")
 			if !strings.Contains(metrics, "sharelimit_rlqs_streams 1") {
 				t.Fatal("no sharelimit_rlqs_streams 1 in /metrics")
+			}
+			for path, want := range map[string]string{"/rlconfig": "rlqs: streams=1 bucket_ids=1", "/rlconfig?format=json": `"assigned_rate_per_second"`, "/": `id="rlqs-buckets"`} {
+				if _, page := r.get(t, addr, path); !strings.Contains(page, want) || !strings.Contains(page, "k=x") {
+					t.Errorf("%s does not show the stream's bucket (%q):\n%s", path, want, page)
+				}
 			}
 		})
 	}
@@ -87,5 +93,8 @@ func TestDaemonRLQSOff(t *testing.T) {
 	_, metrics := r.get(t, r.d.httpLis.Addr().String(), "/metrics")
 	if strings.Contains(metrics, "sharelimit_rlqs_") {
 		t.Fatal("RLQS series with --rlqs=false")
+	}
+	if _, page := r.get(t, r.d.httpLis.Addr().String(), "/rlconfig"); strings.Contains(page, "rlqs") {
+		t.Fatalf("/rlconfig shows RLQS with --rlqs=false:\n%s", page)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/demand/controller"
 	"github.com/sharelimit/sharelimit/descriptors/engine"
+	"github.com/sharelimit/sharelimit/server/rlqs"
 )
 
 // View is one membership view as the admin pages show it: the default
@@ -116,6 +117,8 @@ type Admin struct {
 	version  string
 	page     *template.Template
 	history  *history
+	// rlqs is the RLQS service's snapshot, nil while unused (SetRLQS).
+	rlqs func() *rlqs.Snapshot
 }
 
 // NewAdmin returns the admin handler set. views and reload are read per

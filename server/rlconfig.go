@@ -13,6 +13,7 @@ import (
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/internal/human"
 	"github.com/sharelimit/sharelimit/membership"
+	"github.com/sharelimit/sharelimit/server/rlqs"
 )
 
 // RuleInfo is one rule as /rlconfig reports it.
@@ -57,6 +58,9 @@ type RLConfig struct {
 	// JoinRamp is the join ramp in progress (--join-ramp), nil when none.
 	JoinRamp *JoinRamp  `json:"join_ramp,omitempty"`
 	Rules    []RuleInfo `json:"rules"`
+	// RLQS is the Rate Limit Quota Service's streams and shares; nil until
+	// an Envoy has opened a stream.
+	RLQS *rlqs.Snapshot `json:"rlqs,omitempty"`
 }
 
 // JoinRamp is a join ramp in progress: new buckets start emptier than full.
@@ -114,6 +118,9 @@ func (a *Admin) RLConfig() RLConfig {
 		c.Rules = append(c.Rules, info)
 	}
 	sort.SliceStable(c.Rules, func(i, j int) bool { return c.Rules[i].Domain < c.Rules[j].Domain })
+	if a.rlqs != nil {
+		c.RLQS = a.rlqs()
+	}
 	return c
 }
 
@@ -173,6 +180,9 @@ func (a *Admin) rlconfig(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte(" shadow"))
 		}
 		fmt.Fprintf(w, " (%s)\n", r.Position)
+	}
+	if c.RLQS != nil {
+		writeRLQS(w, c.RLQS)
 	}
 }
 

@@ -190,3 +190,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(s.refusals[i].Load()), reasonNames[i])
 	}
 }
+
+// Used reports whether a stream has ever been opened: until then the pages
+// and metrics show nothing of RLQS.
+func (s *Service) Used() bool { return s.everOpened.Load() }
