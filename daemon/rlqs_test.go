@@ -15,11 +15,19 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/membership"
 )
 
 // rlqsStream opens an RLQS stream to r's daemon and sends one report for
 // bucket id {k: v} of domain d, returning the first answer.
 func rlqsExchange(t *testing.T, r *running, v string) (*rlqsv3.RateLimitQuotaResponse, error) {
+	t.Helper()
+	_, resp, err := rlqsOpen(t, r, v)
+	return resp, err
+}
+
+// rlqsOpen is rlqsExchange that also returns the stream.
+func rlqsOpen(t *testing.T, r *running, v string) (rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, *rlqsv3.RateLimitQuotaResponse, error) {
 	t.Helper()
 	conn, err := grpc.NewClient(r.d.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -37,7 +45,8 @@ func rlqsExchange(t *testing.T, r *running, v string) (*rlqsv3.RateLimitQuotaRes
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Recv()
+	resp, err := st.Recv()
+	return st, resp, err
 }
 
 // The daemon serves RLQS on its gRPC listener, over either transport: an
@@ -53,7 +62,7 @@ func TestDaemonServesRLQS(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := start(t, cfg)
-			resp, err := rlqsExchange(t, r, "x")
+			st, resp, err := rlqsOpen(t, r, "x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,6 +76,15 @@ func TestDaemonServesRLQS(t *testing.T) {
 			}
 			if code := r.call(t, "d", "k=x").GetOverallCode().String(); code != "OK" {
 				t.Fatalf("RLS on the leased key: %s", code)
+			}
+			// A membership change that shrinks the share is pushed at once.
+			r.d.views[0].publish(membership.View{Source: "static", Total: 4, Local: 1, TotalWeight: 4, LocalWeight: 1, Weight: 0.25})
+			pushed, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := pushed.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue(); n == 0 || n > 25 || n >= tb.GetTokensPerFill().GetValue() {
+				t.Fatalf("after the share fell to 25/s: %v", pushed)
 			}
 			addr := r.d.httpLis.Addr().String()
 			_, metrics := r.get(t, addr, "/metrics")
