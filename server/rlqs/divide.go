@@ -59,6 +59,7 @@ func (s *Service) Tick() {
 		s.reload = false
 		s.rebind(now)
 	}
+	s.meter(now)
 	if now-s.lastSweep >= int64(sweepEvery) {
 		s.lastSweep = now
 		s.sweep(now)
@@ -162,7 +163,14 @@ func (s *Service) divide(sh *share, now int64) {
 	for i, c := range cs {
 		wants[i] = demand.Want{Units: 1, Offered: c.demand, Absent: !c.known}
 	}
-	wants[len(cs)] = demand.Want{Units: 1, Offered: sh.rlsDemand}
+	// RLS takes part once it has drawn on the key: until then its floor
+	// would be a part of the share nobody uses. Its first draws meet the
+	// lease's least weight, and its part follows at the next division.
+	var rlsUnits uint32
+	if offered > 0 {
+		rlsUnits = 1
+	}
+	wants[len(cs)] = demand.Want{Units: rlsUnits, Offered: sh.rlsDemand}
 	_, rates := demand.Apportion(avail.Rate, 0, wants, demand.DefaultHeadroom, demand.DefaultFloor)
 	part := func(i int) Part {
 		if !(avail.Rate > 0) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sharelimit/sharelimit/demand"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +92,11 @@ func TestDivideByDemand(t *testing.T) {
 		}
 		byDemand[p.Demand] = p.Rate
 	}
-	if !(byDemand[80] > 60) || !(byDemand[5] >= 5) || byDemand[5] > 10 {
-		t.Fatalf("parts by demand %v: want the 80/s stream the most, the 5/s one about its demand", byDemand)
+	// RLS never drew on the key, so the two streams divide the share as
+	// demand.Apportion divides it between them.
+	_, want := demand.Apportion(100, 0, []demand.Want{{Units: 1, Offered: 80}, {Units: 1, Offered: 5}}, demand.DefaultHeadroom, demand.DefaultFloor)
+	if math.Abs(byDemand[80]-want[0]) > 1e-6 || math.Abs(byDemand[5]-want[1]) > 1e-6 || rls != 0 {
+		t.Fatalf("parts by demand %v, RLS %v: want %v and RLS 0", byDemand, rls, want)
 	}
 	if l := f.eng.lease(1); l.weight()*100 > rls+1e-9 {
 		t.Fatalf("lease weight %.4f, RLS part %.4f/s", l.weight(), rls)
@@ -358,5 +363,31 @@ func TestCollector(t *testing.T) {
 	if got["sharelimit_rlqs_streams"] != 1 || got["sharelimit_rlqs_bucket_ids"] != 1 || got["sharelimit_rlqs_reports_total"] != 1 ||
 		!(got["sharelimit_rlqs_share_rate"] == 100) || !(got["sharelimit_rlqs_assigned_rate"] > 0) || got["sharelimit_rlqs_assigned_rate"] > 100 {
 		t.Fatalf("series: %v", got)
+	}
+}
+
+// RLS takes no part of a share until it draws on the key; once it has, it
+// takes part by its demand, and the streams and RLS stay within the share.
+func TestRLSTakesPartOnceItDraws(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.Hold = 0 })
+	f.eng.limit("edge", "tenant=a", 1, 100, 100, 1)
+	a, _ := f.stream()
+	f.exchange(a, report("edge", usage(tenantA, 1, 0, 0)))
+	f.clock.advance(5 * time.Second)
+	f.exchange(a, report("edge", usage(tenantA, 400, 0, 5*time.Second))) // 80/s
+	f.svc.Tick()
+	if w := f.eng.lease(1).weight(); w != 0 {
+		t.Fatalf("RLS never drew and holds weight %v", w)
+	}
+	f.eng.lease(1).offered.Add(30) // RLS draws: 30 over the next second
+	f.clock.advance(time.Second)
+	f.svc.Tick()
+	f.clock.advance(time.Second) // the sweep divides every share
+	f.svc.Tick()
+	s := f.svc.Snapshot()
+	checkSums(t, s)
+	if w := f.eng.lease(1).weight(); !(w > 0) {
+		t.Fatalf("RLS drew on the key and holds weight %v: %+v", w, s.Buckets[0])
 	}
 }

@@ -27,6 +27,7 @@ type fakeEngine struct {
 	leases   map[uint64]*fakeLease
 	noLease  bool
 	reported uint64
+	admitted uint64
 }
 
 func newFakeEngine() *fakeEngine {
@@ -83,6 +84,19 @@ func (f *fakeEngine) Reported(t Target, offered, admitted uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reported += offered
+	f.admitted += admitted
+}
+
+func (f *fakeEngine) reportedTotal() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reported
+}
+
+func (f *fakeEngine) reportedTotals() (offered, admitted uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reported, f.admitted
 }
 
 func (f *fakeEngine) lease(key uint64) *fakeLease {

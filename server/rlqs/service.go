@@ -75,6 +75,10 @@ type Service struct {
 	reload     bool // re-resolve every id at the next tick
 	lastSweep  int64
 	overflowed bool // logged the first overflow
+	// metered are the consumers whose reported demand is counted in the
+	// engine's meters as a flow (meter.go), and lastMeter when it last was.
+	metered   []*consumer
+	lastMeter int64
 
 	everOpened atomic.Bool
 	reports    atomic.Uint64

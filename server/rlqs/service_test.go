@@ -31,9 +31,10 @@ func TestNewBucketAnsweredAtOnce(t *testing.T) {
 	if tb == nil || tb.GetMaxTokens() < 1 {
 		t.Fatalf("got %v, want a token bucket", qa)
 	}
+	// RLS has not drawn on the key: it takes no part of the share.
 	lw := f.eng.lease(1).weight()
-	if rls, part := lw*100, envoyRate(a); part <= 0 || rls <= 0 || part+rls > 50+1e-9 {
-		t.Fatalf("stream %.3f/s + RLS %.3f/s, want both > 0 and at most the share 50/s", part, rls)
+	if rls, part := lw*100, envoyRate(a); part <= 0 || rls != 0 || part+rls > 50+1e-9 {
+		t.Fatalf("stream %.3f/s + RLS %.3f/s, want the stream > 0, RLS 0 (it never drew), at most the share 50/s", part, rls)
 	}
 	if float64(tb.GetMaxTokens())+lw*200 > 100+1e-9 {
 		t.Fatalf("bursts %d + %.3f over the share's 100", tb.GetMaxTokens(), lw*200)

@@ -60,10 +60,15 @@ type share struct {
 
 // consumer is one stream's use of one bucket id.
 type consumer struct {
-	st       *stream
-	e        *idEntry
-	demand   float64
-	known    bool // demand was measured over a period
+	st     *stream
+	e      *idEntry
+	demand float64
+	known  bool // demand was measured over a period
+	// admits is the rate the Envoy reported admitting; owed is what the
+	// meter flow has yet to count, offered and admitted (meter.go).
+	admits   float64
+	owed     [2]float64
+	metered  bool
 	reported int64
 	active   int64 // last report with requests in it
 	part     held
@@ -236,11 +241,7 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 			e.consumers[st] = c
 		}
 		c.record(u, now)
-		if e.target.Kind == Limited {
-			if n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied(); n > 0 {
-				s.opt.Engine.Reported(e.target, n, u.GetNumRequestsAllowed())
-			}
-		}
+		s.meterFrom(c)
 		if fresh && e.share != nil {
 			s.divide(e.share, now)
 		} else if e.share != nil {
@@ -261,6 +262,7 @@ func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
 	}
 	if elapsed > 0 {
 		c.demand, c.known = n/elapsed, true
+		c.admits = min(float64(u.GetNumRequestsAllowed())/elapsed, c.demand)
 	}
 	c.reported = now
 	if n > 0 {
