@@ -133,7 +133,7 @@ func (c *Config) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.PeersDNSServer, "peers-dns-server", "", "DNS server (host:port) asked for --peers-dns over TCP instead of the system resolver, e.g. Consul's DNS, which answers at most 3 records over UDP")
 	fs.Var(seconds{&c.PeersDNSInterval}, "peers-dns-interval", "how often --peers-dns is resolved again")
 	fs.IntVar(&c.MaxBuckets, "max-buckets", 1_000_000, "most live token buckets, overflow buckets included; past it, new keys share an overflow bucket")
-	fs.BoolVar(&c.RLQS, "rlqs", true, "serve Envoy's Rate Limit Quota Service (RLQS) on the gRPC listener: Envoys that open a stream enforce parts of this replica's share themselves")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "serve Envoy's Rate Limit Quota Service (RLQS) on the gRPC listener: Envoys that open a stream enforce parts of this replica's share themselves; membership grows then wait at least --rlqs-ttl")
 	fs.Var(seconds{&c.RLQSTTL}, "rlqs-ttl", "time to live of each RLQS assignment, whole seconds (Envoy reports every 5s, and each answer renews it)")
 	fs.Var(seconds{&c.RLQSAbandonAfter}, "rlqs-abandon-after", "an RLQS bucket an Envoy reports idle this long is abandoned (Envoy never drops one itself)")
 	fs.Var(seconds{&c.SweepInterval}, "sweep-interval", "how often buckets that have refilled are dropped")

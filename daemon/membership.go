@@ -166,10 +166,10 @@ func (d *Daemon) watch(v *view, client *api.Client, token string) error {
 	if v.dns != nil {
 		lag = v.dns.PeersLag()
 	}
-	if v.watched() && (cfg.MembershipHold > 0 || lag > 0) {
+	if hold := membershipHold(cfg); v.watched() && (hold > 0 || lag > 0) {
 		var err error
 		if v.damper, err = membership.NewDamper(first, membership.DamperConfig{
-			Hold: cfg.MembershipHold, PeersLag: lag, OnUpdate: v.publish,
+			Hold: hold, PeersLag: lag, OnUpdate: v.publish,
 			Logger: d.log.With("component", "membership", v.labelKey(), v.label()),
 		}); err != nil {
 			return fmt.Errorf("%s membership of %s: %w", first.Source, v.label(), err)
@@ -191,4 +191,15 @@ func (d *Daemon) watch(v *view, client *api.Client, token string) error {
 // and these do not.
 func unshared(cfg *config.Config) bool {
 	return len(cfg.UpstreamBy) > 0 && cfg.Replicas == 1
+}
+
+// membershipHold is how long a view that grows this replica's share must
+// stand: --membership-hold, or with --rlqs at least --rlqs-ttl. A replica
+// that dies leaves its Envoys enforcing their last RLQS assignments until
+// those expire; the others' shares may grow into its part only after that.
+func membershipHold(cfg *config.Config) time.Duration {
+	if cfg.RLQS {
+		return max(cfg.MembershipHold, cfg.RLQSTTL)
+	}
+	return cfg.MembershipHold
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
@@ -13,14 +14,13 @@ import (
 
 // newRLQS builds the RLQS service when --rlqs is on and registers its
 // series; it returns the gRPC server options that serve it (none when off).
-// Grows of its assignments wait for --membership-hold, as the share does.
 func (d *Daemon) newRLQS(metrics *server.Metrics) ([]grpc.ServerOption, error) {
 	if !d.cfg.RLQS {
 		return nil, nil
 	}
 	svc, err := rlqs.New(rlqs.Options{
 		Engine: rlqs.FromEngine(d.engine), Clock: d.clock, TTL: d.cfg.RLQSTTL, AbandonAfter: d.cfg.RLQSAbandonAfter,
-		Hold: d.cfg.MembershipHold, MaxBuckets: d.cfg.MaxBuckets, Logger: d.log.With("component", "rlqs"),
+		Hold: rlqsHold, MaxBuckets: d.cfg.MaxBuckets, Logger: d.log.With("component", "rlqs"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--rlqs: %w", err)
@@ -64,3 +64,10 @@ func (r reshared) SetHot(identity string, ids []uint64, now int64) []controller.
 	r.d.reshare()
 	return hot
 }
+
+// rlqsHold is how long a grown assignment waits. The share's own grows have
+// waited already, before the engine's weight moved (--membership-hold in the
+// damper, the grow delay in demand sharing), so this hold only has to let the
+// shrinks of one division reach their streams before the grows of the next:
+// two of the divider's ticks.
+const rlqsHold = 200 * time.Millisecond

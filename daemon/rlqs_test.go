@@ -56,7 +56,7 @@ func TestDaemonServesRLQS(t *testing.T) {
 	for _, transport := range []string{config.TransportGRPCGo, config.TransportDirect} {
 		t.Run(transport, func(t *testing.T) {
 			cfg := testConfig(t)
-			cfg.GRPCTransport = transport
+			cfg.GRPCTransport, cfg.RLQS = transport, true
 			cfg.Replicas, cfg.JoinRamp = 2, 0 // no ramp: new buckets start full
 			if err := os.WriteFile(filepath.Join(cfg.ConfigDir, "r.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -100,10 +100,12 @@ func TestDaemonServesRLQS(t *testing.T) {
 	}
 }
 
-// With --rlqs=false the service is not there.
+// RLQS is off unless --rlqs: the service is not there.
 func TestDaemonRLQSOff(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.RLQS = false
+	if cfg.RLQS {
+		t.Fatal("--rlqs is on by default")
+	}
 	r := start(t, cfg)
 	if _, err := rlqsExchange(t, r, "x"); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("got %v, want Unimplemented", err)
@@ -114,5 +116,26 @@ func TestDaemonRLQSOff(t *testing.T) {
 	}
 	if _, page := r.get(t, r.d.httpLis.Addr().String(), "/rlconfig"); strings.Contains(page, "rlqs") {
 		t.Fatalf("/rlconfig shows RLQS with --rlqs=false:\n%s", page)
+	}
+}
+
+// With --rlqs a grow of the membership view waits at least --rlqs-ttl: a
+// replica that died leaves its Envoys enforcing their last assignments until
+// those expire, and the others must not grow into its part before.
+func TestMembershipHoldCoversRLQSTTL(t *testing.T) {
+	for _, tc := range []struct {
+		rlqs      bool
+		hold, ttl time.Duration
+		want      time.Duration
+	}{
+		{false, 2 * time.Second, 15 * time.Second, 2 * time.Second},
+		{true, 2 * time.Second, 15 * time.Second, 15 * time.Second},
+		{true, 0, 15 * time.Second, 15 * time.Second},
+		{true, 30 * time.Second, 15 * time.Second, 30 * time.Second},
+	} {
+		cfg := &config.Config{RLQS: tc.rlqs, MembershipHold: tc.hold, RLQSTTL: tc.ttl}
+		if got := membershipHold(cfg); got != tc.want {
+			t.Errorf("--rlqs=%v --membership-hold %s --rlqs-ttl %s: hold %s, want %s", tc.rlqs, tc.hold, tc.ttl, got, tc.want)
+		}
 	}
 }
