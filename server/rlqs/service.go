@@ -40,7 +40,8 @@ type Options struct {
 	// AbandonAfter: a bucket a stream reports idle (no requests) this long
 	// is abandoned on that stream, since Envoy never drops one itself.
 	AbandonAfter time.Duration
-	// Hold is how long a grow of an assignment waits (--membership-hold).
+	// Hold is how long a grow of an assignment waits (the daemon gives 200 ms:
+	// the share's own grows have waited already, before the weight moved).
 	Hold time.Duration
 	// MaxBuckets caps the distinct bucket ids held; past it, new ids are
 	// denied, unstored (--max-buckets).
