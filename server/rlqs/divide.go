@@ -84,10 +84,11 @@ func (s *Service) rebind(now int64) {
 			s.markDirty(e.share)
 			continue
 		}
-		// A new rule: what it was given so far counted against the old share,
-		// which the old rule no longer enforces.
+		// A new rule. The parts given so far are gone with the old share, but
+		// not the reservations of streams that ended: their Envoys enforce
+		// their last assignments until those expire, whatever the rules say
+		// now, so they count against the id's new share.
 		s.unbind(e, now)
-		e.reserved = nil
 		for _, c := range e.consumers {
 			c.part = held{}
 			s.queue(c)
@@ -125,6 +126,7 @@ func (s *Service) sweep(now int64) {
 // less what ended consumers may still enforce, by demand.Apportion; a shrink
 // applies at once, a grow after the hold. Changed assignments are queued.
 func (s *Service) divide(sh *share, now int64) {
+	s.divisions.Add(1)
 	sh.dirty = false
 	var rep *idEntry
 	var cs []*consumer

@@ -24,6 +24,7 @@ type fakeEngine struct {
 	mu       sync.Mutex
 	domains  map[string]bool
 	targets  map[string]Target
+	wild     map[string]Target // domain|key: any id of that one key
 	leases   map[uint64]*fakeLease
 	noLease  bool
 	reported uint64
@@ -31,7 +32,7 @@ type fakeEngine struct {
 }
 
 func newFakeEngine() *fakeEngine {
-	return &fakeEngine{domains: map[string]bool{}, targets: map[string]Target{}, leases: map[uint64]*fakeLease{}}
+	return &fakeEngine{domains: map[string]bool{}, targets: map[string]Target{}, wild: map[string]Target{}, leases: map[uint64]*fakeLease{}}
 }
 
 // limit adds a limited rule for id (as "k=v,...") in domain with key key.
@@ -44,6 +45,29 @@ func (f *fakeEngine) set(domain, id string, t Target) {
 	defer f.mu.Unlock()
 	f.domains[domain] = true
 	f.targets[domain+"|"+id] = t
+}
+
+// wildcard adds a limited rule that every id of the one key key selects,
+// all of them sharing one bucket (a wildcard with share_threshold).
+func (f *fakeEngine) wildcard(domain, key string, bucket uint64, rate, burst, w float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.domains[domain] = true
+	f.wild[domain+"|"+key] = Target{Kind: Limited, Rule: "wild" + key, Key: bucket, Rate: rate, Burst: burst, Weight: w, WindowSeconds: 1}
+}
+
+// bucketUsage is one bucket's part of a report.
+type bucketUsage = rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+
+// pairs is how many stream and id pairs the service holds.
+func (s *Service) pairs() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.streams {
+		n += len(st.consumers)
+	}
+	return n
 }
 
 // weight sets every target's weight.
@@ -64,6 +88,13 @@ func (f *fakeEngine) Resolve(domain string, id map[string]string) Target {
 	}
 	if t, ok := f.targets[domain+"|"+idString(id)]; ok {
 		return t
+	}
+	if len(id) == 1 {
+		for k := range id {
+			if t, ok := f.wild[domain+"|"+k]; ok {
+				return t
+			}
+		}
 	}
 	return Target{Kind: NoRule}
 }

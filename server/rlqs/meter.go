@@ -20,8 +20,9 @@ func (s *Service) meterFrom(c *consumer) {
 
 // meter counts, for the time since the last tick, what each metered
 // consumer's Envoy reported offering and admitting. A consumer whose stream
-// ended, whose id was dropped or rebound to no limited rule, leaves the
-// flow.
+// ended or whose id was abandoned stays in the flow until its last
+// assignment expires, since its Envoy may admit at it until then; one whose
+// id was rebound to no limited rule leaves it.
 func (s *Service) meter(now int64) {
 	// At most a second: the first tick, or a divider that stalled, counts
 	// less than was reported, never more.
@@ -32,7 +33,8 @@ func (s *Service) meter(now int64) {
 	}
 	keep := s.metered[:0]
 	for _, c := range s.metered {
-		if c.st.ended || c.st.consumers[c.e] != c || c.e.target.Kind != Limited {
+		gone := c.st.ended || c.st.consumers[c.e] != c
+		if c.e.target.Kind != Limited || gone && now >= c.meterUntil {
 			c.metered = false
 			continue
 		}

@@ -80,8 +80,11 @@ type Service struct {
 	// engine's meters as a flow (meter.go), and lastMeter when it last was.
 	metered   []*consumer
 	lastMeter int64
+	// npairs counts the stream and id pairs held, bounded by MaxBuckets.
+	npairs int
 
 	everOpened atomic.Bool
+	divisions  atomic.Uint64 // shares divided, for tests
 	reports    atomic.Uint64
 	pushes     atomic.Uint64
 	refusals   [numReasons]atomic.Uint64

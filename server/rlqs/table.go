@@ -53,6 +53,7 @@ type share struct {
 	at        int64
 	rlsDemand float64
 	dirty     bool
+	now       bool // listed to be divided before the report's answer
 	// assigned is the sum of the parts given at the last division,
 	// reservations included; budget is the share then.
 	assigned, budget Part
@@ -66,15 +67,18 @@ type consumer struct {
 	known  bool // demand was measured over a period
 	// admits is the rate the Envoy reported admitting; owed is what the
 	// meter flow has yet to count, offered and admitted (meter.go).
-	admits   float64
-	owed     [2]float64
-	metered  bool
-	reported int64
-	active   int64 // last report with requests in it
-	part     held
-	sent     encoded
-	hasSent  bool
-	queued   bool // an action for it waits in st.out
+	admits  float64
+	owed    [2]float64
+	metered bool
+	// meterUntil: once c is dropped, its demand stays metered until then,
+	// when its last assignment expires.
+	meterUntil int64
+	reported   int64
+	active     int64 // last report with requests in it
+	part       held
+	sent       encoded
+	hasSent    bool
+	queued     bool // an action for it waits in st.out
 }
 
 // held is a part whose grows wait for the hold.
@@ -194,10 +198,13 @@ func (s *Service) closeLocked(st *stream, now int64) {
 	}
 }
 
-// drop removes c from its id, reserving what its Envoy may still enforce.
+// drop removes c from its id, reserving what its Envoy may still enforce,
+// and keeps its reported demand metered for as long.
 func (s *Service) drop(c *consumer, now int64) {
 	e := c.e
 	delete(e.consumers, c.st)
+	s.npairs--
+	c.meterUntil = now + s.ttl
 	if e.share != nil && c.part.set {
 		p := c.part.cur
 		if c.hasSent {
@@ -219,6 +226,7 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 	}
 	now := s.opt.Clock()
 	st.reports++
+	var divideNow []*share
 	domain := r.GetDomain()
 	if domain == "" {
 		domain = st.domain
@@ -236,18 +244,36 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 		}
 		c, fresh := st.consumers[e], false
 		if c == nil {
+			if s.npairs >= s.opt.MaxBuckets {
+				// Each stream that reports an id holds state for it: the
+				// pairs are bounded as the ids are.
+				s.refuse(reasonOverflow)
+				st.out = append(st.out, action(id, Blanket(false), s.ttl))
+				s.noteOut(st)
+				s.prune(e, now)
+				continue
+			}
 			c, fresh = &consumer{st: st, e: e, active: now}, true
 			st.consumers[e] = c
 			e.consumers[st] = c
+			s.npairs++
 		}
 		c.record(u, now)
 		s.meterFrom(c)
-		if fresh && e.share != nil {
-			s.divide(e.share, now)
-		} else if e.share != nil {
+		if e.share != nil {
+			if fresh && !e.share.now {
+				// A new id is answered in this report, after one division
+				// of its share for all the new ids the report names.
+				e.share.now = true
+				divideNow = append(divideNow, e.share)
+			}
 			s.markDirty(e.share)
 		}
 		s.queue(c)
+	}
+	for _, sh := range divideNow {
+		sh.now = false
+		s.divide(sh, now)
 	}
 	s.flush(now)
 }
