@@ -48,6 +48,7 @@ func rlqsOpen(t *testing.T, r *running, v string) (rlqsv3.RateLimitQuotaService_
 		// The server ended the stream already (Unimplemented, say): its
 		// status is what Recv returns, as grpc-go documents for Send.
 		_, err = st.Recv()
+		return st, nil, err
 	}
 	if err != nil {
 		t.Fatal(err)
