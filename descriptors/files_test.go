@@ -1,10 +1,7 @@
 package descriptors
 
 import (
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"testing"
 )
 
@@ -19,29 +16,8 @@ func compileFiles(t testing.TB, paths ...string) (*Set, error) {
 func compileFilesWith(t testing.TB, opts CompileOptions, paths ...string) (*Set, error) {
 	t.Helper()
 	var files []File
-	for _, p := range paths {
-		names := []string{p}
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			names = nil
-			ents, err := os.ReadDir(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range ents {
-				ext := strings.ToLower(filepath.Ext(e.Name()))
-				if !strings.HasPrefix(e.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
-					names = append(names, filepath.Join(p, e.Name()))
-				}
-			}
-			sort.Strings(names)
-		}
-		for _, n := range names {
-			data, err := os.ReadFile(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, File{Name: n, Data: data})
-		}
+	for _, f := range testutil.ReadConfig(t, paths...) {
+		files = append(files, File{Name: f.Name, Data: f.Data})
 	}
 	return CompileWith(opts, files...)
 }

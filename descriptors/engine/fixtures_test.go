@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"os"
-	"path/filepath"
-	"sort"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"strings"
 	"testing"
 
@@ -65,29 +63,8 @@ func compileFiles(t testing.TB, paths ...string) (*descriptors.Set, error) {
 func compileFilesWith(t testing.TB, opts descriptors.CompileOptions, paths ...string) (*descriptors.Set, error) {
 	t.Helper()
 	var files []descriptors.File
-	for _, p := range paths {
-		names := []string{p}
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			names = nil
-			ents, err := os.ReadDir(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range ents {
-				ext := strings.ToLower(filepath.Ext(e.Name()))
-				if !strings.HasPrefix(e.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
-					names = append(names, filepath.Join(p, e.Name()))
-				}
-			}
-			sort.Strings(names)
-		}
-		for _, n := range names {
-			data, err := os.ReadFile(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, descriptors.File{Name: n, Data: data})
-		}
+	for _, f := range testutil.ReadConfig(t, paths...) {
+		files = append(files, descriptors.File{Name: f.Name, Data: f.Data})
 	}
 	return descriptors.CompileWith(opts, files...)
 }
