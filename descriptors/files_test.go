@@ -1,8 +1,9 @@
 package descriptors
 
 import (
-	"github.com/sharelimit/sharelimit/internal/testutil"
 	"testing"
+
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // compileFiles reads config files, and the *.yaml and *.yml files directly in

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"github.com/sharelimit/sharelimit/internal/testutil"
 	"strings"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/sharelimit/sharelimit/descriptors"
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 )
 
 // newEngine is New, failing t on an error.
