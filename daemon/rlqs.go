@@ -20,7 +20,7 @@ func (d *Daemon) newRLQS(metrics *server.Metrics) ([]grpc.ServerOption, error) {
 	}
 	svc, err := rlqs.New(rlqs.Options{
 		Engine: rlqs.FromEngine(d.engine), Clock: d.clock, TTL: d.cfg.RLQSTTL, AbandonAfter: d.cfg.RLQSAbandonAfter,
-		Hold: rlqsHold, MaxBuckets: d.cfg.MaxBuckets, Logger: d.log.With("component", "rlqs"),
+		Hold: rlqsHold, MaxBuckets: d.cfg.MaxBuckets, ShadowMode: d.cfg.ShadowMode, Logger: d.log.With("component", "rlqs"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--rlqs: %w", err)

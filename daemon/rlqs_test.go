@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -145,5 +146,30 @@ func TestMembershipHoldCoversRLQSTTL(t *testing.T) {
 		if got := membershipHold(cfg); got != tc.want {
 			t.Errorf("--rlqs=%v --membership-hold %s --rlqs-ttl %s: hold %s, want %s", tc.rlqs, tc.hold, tc.ttl, got, tc.want)
 		}
+	}
+}
+
+// With the global --shadow-mode, RLQS hands out ALLOW_ALL, as RLS answers
+// OK, while the pages still show the part each stream would have had.
+func TestDaemonRLQSShadowMode(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.RLQS, cfg.ShadowMode = true, true
+	cfg.Replicas, cfg.JoinRamp = 2, 0
+	if err := os.WriteFile(filepath.Join(cfg.ConfigDir, "r.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, cfg)
+	resp, err := rlqsExchange(t, r, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+	if _, ok := qa.GetRateLimitStrategy().GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok ||
+		qa.GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || qa.GetAssignmentTimeToLive().GetSeconds() != int64(cfg.RLQSTTL/time.Second) {
+		t.Fatalf("got %v, want ALLOW_ALL with the TTL", resp)
+	}
+	snap := r.d.rlqsSnap()
+	if snap == nil || len(snap.Buckets) != 1 || !(snap.Buckets[0].AssignedRate > 0) || snap.Buckets[0].AssignedRate > 50+1e-6 {
+		t.Fatalf("the pages do not show the part the stream would have had: %+v", snap)
 	}
 }

@@ -1,5 +1,11 @@
 package engine
 
+// MaxReported is the most one MeterReported call counts: a billion
+// requests, far more than any client decides between two calls (RLQS
+// counts a report's rate tick by tick, every 100 ms), far less than would
+// wrap a meter.
+const MaxReported = 1_000_000_000
+
 // MeterReported counts, in demand sharing's meters, requests that were decided
 // outside Decide for the bucket s names: those RLQS clients enforced
 // themselves and reported (num_requests_allowed + num_requests_denied
@@ -9,7 +15,9 @@ package engine
 // the same bucket: the rule's meter, and for a per-value rule the value's
 // hot meter when the value is hot, or a candidate sample of it when not.
 // A rule not shared by demand, or an s that names no rule of the set in
-// force, counts nothing.
+// force, counts nothing. One call counts at most MaxReported: the meters
+// are cumulative and read as differences, and a count near 2^64 would wrap
+// them (read as a meter restarted) or drown every other demand.
 func (e *Engine) MeterReported(s BucketShare, offered, admitted uint64) {
 	in := e.cur.Load()
 	if s.Rule == nil || s.Set != in.set || offered == 0 {
@@ -19,6 +27,7 @@ func (e *Engine) MeterReported(s BucketShare, offered, admitted uint64) {
 	if dr == nil {
 		return
 	}
+	offered = min(offered, MaxReported)
 	admitted = min(admitted, offered)
 	m := dr.stripe(s.Key)
 	m.offered.Add(offered)

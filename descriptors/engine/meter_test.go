@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 
 	"github.com/sharelimit/sharelimit/descriptors/bucket"
@@ -55,5 +56,23 @@ func TestMeterReported(t *testing.T) {
 	all.MeterReported(stale, 100, 100)
 	if after, _ := demandOf(t, all, "a.client").Counts(); after != before {
 		t.Errorf("a stale share was counted: %d → %d", before, after)
+	}
+}
+
+// A report of counts near 2^64 counts at most MaxReported: the meters are
+// cumulative, and two such reports would wrap them (read as a meter that
+// restarted) or, once, drown every other replica's demand.
+func TestMeterReportedIsClamped(t *testing.T) {
+	e := newEngine(t, demandSet(t, ""), bucket.NewStore(0), Options{Weight: 0.5})
+	hot := e.BucketShare("a", map[string]string{"hot": "x"})
+	d := demandOf(t, e, "a.hot_x")
+	var prev uint64
+	for i := range 3 {
+		e.MeterReported(hot, math.MaxUint64, math.MaxUint64)
+		off, adm := d.Counts()
+		if off < prev || adm > off || off > uint64(i+1)*1e9 {
+			t.Fatalf("after %d reports of 2^64-1: %d offered, %d admitted (before %d offered)", i+1, off, adm, prev)
+		}
+		prev = off
 	}
 }

@@ -3,11 +3,14 @@ package rlqs
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sharelimit/sharelimit/demand"
@@ -100,8 +103,24 @@ func (s *Service) rebind(now int64) {
 	}
 }
 
-// sweep abandons idle consumers, drops expired reservations and marks every
-// share for division.
+// retryLeases binds again the ids whose key could not be leased: a lease
+// fails when the engine has no weight group free, and groups come free as
+// other keys are released and values cool. Until one succeeds the ids stay
+// denied. A failure ends the round: the next key would find no group free
+// either, and each try takes the engine's lock.
+func (s *Service) retryLeases(now int64) {
+	for e := range s.unleased {
+		if !s.bind(e, s.opt.Engine.Resolve(e.domain, e.id), now) {
+			return
+		}
+		for _, c := range e.consumers {
+			s.queue(c)
+		}
+	}
+}
+
+// sweep abandons idle consumers, drops expired reservations, retries the
+// leases that failed and marks every share for division.
 func (s *Service) sweep(now int64) {
 	idle := int64(s.opt.AbandonAfter)
 	for _, e := range s.ids {
@@ -117,6 +136,7 @@ func (s *Service) sweep(now int64) {
 			s.prune(e, now)
 		}
 	}
+	s.retryLeases(now)
 	for _, sh := range s.shares {
 		s.markDirty(sh)
 	}
@@ -180,9 +200,15 @@ func (s *Service) divide(sh *share, now int64) {
 		}
 		return Part{rates[i], avail.Burst * rates[i] / avail.Rate}
 	}
+	parts := make([]Part, len(cs))
+	for i := range cs {
+		parts[i] = part(i)
+	}
+	rls := part(len(cs))
+	wholeTokens(parts, Part{avail.Rate - rls.Rate, avail.Burst - rls.Burst})
 	sh.budget, sh.assigned = budget, reserved
 	for i, c := range cs {
-		c.part.step(part(i), now, int64(s.opt.Hold))
+		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
 		if !c.hasSent || encode(s.strategy(c)) != c.sent {
 			s.queue(c)
@@ -197,6 +223,61 @@ func (s *Service) divide(sh *share, now int64) {
 		w = sh.rls.cur.Rate / t.Rate
 	}
 	sh.lease.Set(w, now)
+}
+
+// wholeTokens rounds the streams' parts to what Envoy can enforce when one
+// of them would fall under one token at once: Envoy's max_tokens is whole,
+// so such a part is DENY_ALL, and parts of a small share divided among
+// several streams would all be (a share of one token over two streams: two
+// halves, nothing admitted). Then each part keeps its whole tokens, the
+// tokens left over go one each to the parts with none, the largest first
+// (the most demand), and a part left with no token gives its rate to those
+// with, in proportion. The tokens and rates come from budget, the streams'
+// part of the share (what demand.Apportion gave them may fall short of it
+// by a rounding error, and so of a whole token), so the parts stay within
+// the share; streams whose part of the share is under one token stay
+// DENY_ALL.
+func wholeTokens(parts []Part, budget Part) {
+	short := false
+	for _, p := range parts {
+		short = short || p.Rate > 0 && p.Burst < 1
+	}
+	if !short {
+		return
+	}
+	left := math.Floor(budget.Burst + 1e-9)
+	tokens := make([]float64, len(parts))
+	for i, p := range parts {
+		tokens[i] = math.Floor(p.Burst)
+		left -= tokens[i]
+	}
+	order := make([]int, len(parts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(parts[b].Rate, parts[a].Rate) })
+	for _, i := range order {
+		if left < 1 {
+			break
+		}
+		if tokens[i] == 0 && parts[i].Rate > 0 {
+			tokens[i]++
+			left--
+		}
+	}
+	var kept float64
+	for i, p := range parts {
+		if tokens[i] > 0 {
+			kept += p.Rate
+		}
+	}
+	for i, p := range parts {
+		if tokens[i] == 0 {
+			parts[i] = Part{}
+			continue
+		}
+		parts[i] = Part{budget.Rate * p.Rate / kept, tokens[i]}
+	}
 }
 
 // step moves h toward target: a first part or a shrink at once; a grow once
@@ -224,11 +305,12 @@ func (h *held) step(target Part, now, hold int64) {
 
 func addPart(a, b Part) Part { return Part{a.Rate + b.Rate, a.Burst + b.Burst} }
 
-// strategy is c's assignment now.
+// strategy is c's assignment now: under the global shadow mode ALLOW_ALL,
+// as a shadow-mode rule's (adapter.go), whatever the part.
 func (s *Service) strategy(c *consumer) *typev3.RateLimitStrategy {
 	e := c.e
 	switch {
-	case e.target.Kind == Unlimited:
+	case e.target.Kind == Unlimited || s.opt.ShadowMode:
 		return Blanket(true)
 	case e.share == nil || !c.part.set:
 		return Blanket(false)
@@ -261,8 +343,9 @@ func (s *Service) noteOut(st *stream) {
 	}
 }
 
-// flush sends every stream its queued actions, in responses of at most
-// maxActions. A stream whose queue is full is ended: it is not reading.
+// flush sends every stream its queued actions, as one answer of responses
+// of at most maxResponseBytes. A stream whose queue is full, or holds
+// maxUnsentBytes unsent, is ended: it is not reading.
 func (s *Service) flush(now int64) {
 	list := s.flushing
 	s.flushing = nil
@@ -282,21 +365,45 @@ func (s *Service) flush(now int64) {
 			out = append(out, action(c.e.id, strat, s.ttl))
 		}
 		st.out, st.pending = nil, nil
-		for len(out) > 0 {
-			n := min(len(out), maxActions)
+		if len(out) == 0 {
+			continue
+		}
+		a := split(out)
+		sent := false
+		if st.unsent.Load() < maxUnsentBytes {
+			st.unsent.Add(a.bytes)
 			select {
-			case st.queue <- &rlqsv3.RateLimitQuotaResponse{BucketAction: out[:n:n]}:
-				s.pushes.Add(1)
+			case st.queue <- a:
+				s.pushes.Add(uint64(len(a.msgs)))
+				sent = true
 			default:
-				s.refuse(reasonSlowClient)
-				st.end(errSlow)
-				s.closeLocked(st, now)
-				out = nil
-				continue
 			}
-			out = out[n:]
+		}
+		if !sent {
+			s.refuse(reasonSlowClient)
+			st.end(errSlow)
+			s.closeLocked(st, now)
 		}
 	}
+}
+
+// split puts actions in responses of at most maxResponseBytes each (one
+// action alone is far smaller: MaxIDBytes and a strategy).
+func split(actions []*rlqsv3.RateLimitQuotaResponse_BucketAction) answer {
+	var a answer
+	start, size := 0, 0
+	for i, x := range actions {
+		n := proto.Size(x)
+		n += protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
+		if size+n > maxResponseBytes && i > start {
+			a.msgs = append(a.msgs, &rlqsv3.RateLimitQuotaResponse{BucketAction: actions[start:i:i]})
+			start, size = i, 0
+		}
+		size += n
+		a.bytes += int64(n)
+	}
+	a.msgs = append(a.msgs, &rlqsv3.RateLimitQuotaResponse{BucketAction: actions[start:]})
+	return a
 }
 
 // action is an assignment for id.

@@ -18,5 +18,7 @@
 // than the share (rounding is always down, an unknown id is denied, never
 // allowed by accident), never let a slow client block the divider or another
 // stream, and never keep state that grows with what clients send: bucket ids
-// are capped (--max-buckets), queues are bounded and idle buckets abandoned.
+// are capped in number (--max-buckets) and in size (MaxIDBytes), what a
+// report adds to the meters is bounded, queues are bounded and idle buckets
+// abandoned.
 package rlqs

@@ -26,10 +26,17 @@ func fillSeconds(rate float64, window int64) int64 {
 	return f
 }
 
+// maxFill is the longest fill interval a part gets: a year, the slowest
+// rate Envoy's limiter has (kMinFillRate).
+const maxFill = 365 * 24 * 3600
+
 // Strategy encodes p as Envoy enforces it (Envoy's limiter refills
 // tokens_per_fill ÷ whole seconds of fill_interval per second, up to
 // max_tokens), rounding down so Envoy never admits more than p:
 //   - tokens_per_fill = ⌊rate × fill⌋, always set (unset reads as 0);
+//   - a part under one token a fill gets the shortest whole-second fill
+//     that holds one, up to a year (rate 1/3 per second: one token every
+//     3 s), where ⌊rate × fill⌋ would be 0;
 //   - max_tokens = ⌊burst⌋; under one token the part is DENY_ALL;
 //   - fill_interval.nanos = fill seconds: Envoy ignores nanos for the rate
 //     but compares only nanos to see that a bucket changed, so a change of
@@ -40,6 +47,15 @@ func Strategy(p Part, fill int64) *typev3.RateLimitStrategy {
 		return Blanket(false)
 	}
 	fill = max(fill, 1)
+	if p.Rate > 0 && p.Rate*float64(fill) < 1 {
+		f := math.Ceil(1 / p.Rate)
+		if p.Rate*f < 1 { // 1/rate rounded down
+			f++
+		}
+		if f <= maxFill {
+			fill = int64(f)
+		}
+	}
 	tb := &typev3.TokenBucket{
 		MaxTokens:     burst,
 		TokensPerFill: wrapperspb.UInt32(clampUint32(p.Rate * float64(fill))),

@@ -115,7 +115,9 @@ func TestStrategyEncoding(t *testing.T) {
 		{name: "whole tokens", part: Part{Rate: 10, Burst: 20}, fill: 1, max: 20, perFill: 10, secs: 1, nanos: 1},
 		{name: "floor", part: Part{Rate: 2.9, Burst: 5.99}, fill: 60, max: 5, perFill: 174, secs: 60, nanos: 60},
 		{name: "under one token of burst", part: Part{Rate: 100, Burst: 0.99}, fill: 1, deny: true},
-		{name: "no rate but a burst", part: Part{Rate: 0.001, Burst: 3}, fill: 1, max: 3, perFill: 0, secs: 1, nanos: 1},
+		{name: "under one token a fill", part: Part{Rate: 0.001, Burst: 3}, fill: 1, max: 3, perFill: 1, secs: 1000, nanos: 1000},
+		{name: "a third of a token a second", part: Part{Rate: 1.0 / 3, Burst: 1}, fill: 1, max: 1, perFill: 1, secs: 3, nanos: 3},
+		{name: "under one token a year", part: Part{Rate: 1e-9, Burst: 3}, fill: 1, max: 3, perFill: 0, secs: 1, nanos: 1},
 		{name: "huge", part: Part{Rate: 1e12, Burst: 1e12}, fill: 1, max: math.MaxUint32, perFill: math.MaxUint32, secs: 1, nanos: 1},
 		{name: "NaN", part: Part{Rate: math.NaN(), Burst: math.NaN()}, fill: 1, deny: true},
 	}

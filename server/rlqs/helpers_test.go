@@ -29,6 +29,8 @@ type fakeEngine struct {
 	noLease  bool
 	reported uint64
 	admitted uint64
+	// wrapped: a Reported call took reported past 2^64.
+	wrapped bool
 }
 
 func newFakeEngine() *fakeEngine {
@@ -114,6 +116,7 @@ func (f *fakeEngine) Lease(t Target, now int64) (Lease, error) {
 func (f *fakeEngine) Reported(t Target, offered, admitted uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.wrapped = f.wrapped || f.reported+offered < f.reported
 	f.reported += offered
 	f.admitted += admitted
 }

@@ -26,9 +26,16 @@ const (
 	DefaultTick         = 100 * time.Millisecond
 	DefaultQueue        = 16
 	DefaultMaxStreams   = 4096
-	// maxActions bounds the bucket actions in one response, so an answer
-	// to a large report stays well under a client's message limit.
-	maxActions = 1000
+	// maxResponseBytes bounds one response, so that an answer to a large
+	// report, or a push to a stream of many buckets, stays well under a
+	// client's message limit (gRPC's default is 4 MiB): an answer is split
+	// into as many responses as it needs.
+	maxResponseBytes = 1 << 20
+	// maxUnsentBytes bounds what a stream holds unsent: past it, the next
+	// answer ends the stream as a slow client. An answer is always queued
+	// when less is waiting, so one stream pins at most this and one answer
+	// (which holds no more than its stream's buckets, or one report's).
+	maxUnsentBytes = 8 << 20
 )
 
 // Options configure a Service. Engine and Clock are required.
@@ -50,10 +57,17 @@ type Options struct {
 	MaxStreams int
 	// Tick is the divider's period.
 	Tick time.Duration
-	// Queue is each stream's bound of responses not yet sent; a client
-	// that lets it fill has its stream ended.
-	Queue  int
-	Logger *slog.Logger
+	// Queue is each stream's bound of answers (to a report, or a push of
+	// the divider's) not yet sent, each one or more responses; a client
+	// that lets it fill, or leaves 8 MiB of them unsent, has its stream
+	// ended.
+	Queue int
+	// ShadowMode is the global --shadow-mode: every assignment is
+	// ALLOW_ALL, as RLS then answers OK to every request, while the shares
+	// are still divided, so the pages and metrics show the parts each
+	// stream would have had.
+	ShadowMode bool
+	Logger     *slog.Logger
 }
 
 // Service is the RateLimitQuotaService. Safe for concurrent use; its zero
@@ -82,6 +96,8 @@ type Service struct {
 	lastMeter int64
 	// npairs counts the stream and id pairs held, bounded by MaxBuckets.
 	npairs int
+	// unleased are the ids denied because their key could not be leased.
+	unleased map[*idEntry]struct{}
 
 	everOpened atomic.Bool
 	divisions  atomic.Uint64 // shares divided, for tests
@@ -126,7 +142,7 @@ func New(opt Options) (*Service, error) {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{opt: opt, ttl: int64(opt.TTL), log: opt.Logger, ids: map[string]*idEntry{},
-		shares: map[shareKey]*share{}, streams: map[uint64]*stream{}}, nil
+		shares: map[shareKey]*share{}, streams: map[uint64]*stream{}, unleased: map[*idEntry]struct{}{}}, nil
 }
 
 func cmpOr[T int | time.Duration](v, def T) T {
@@ -155,7 +171,7 @@ func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateL
 		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams are open, the most allowed", s.opt.MaxStreams)
 	}
 	defer s.close(st)
-	go send(ctx, ss, st.queue, end)
+	go send(ctx, ss, st, end)
 	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
 	go s.receive(ctx, ss, reports, end)
 	for {
@@ -220,19 +236,22 @@ func recvErr(err error) error {
 	return err
 }
 
-// send writes queued responses until the stream ends. A write that fails
-// ends the stream.
+// send writes st's queued answers until the stream ends. A write that
+// fails ends the stream.
 func send(ctx context.Context, ss grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse],
-	queue <-chan *rlqsv3.RateLimitQuotaResponse, end context.CancelCauseFunc) {
+	st *stream, end context.CancelCauseFunc) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-queue:
-			if err := ss.Send(r); err != nil {
-				end(err)
-				return
+		case a := <-st.queue:
+			for _, r := range a.msgs {
+				if err := ss.Send(r); err != nil {
+					end(err)
+					return
+				}
 			}
+			st.unsent.Add(-a.bytes)
 		}
 	}
 }

@@ -103,6 +103,7 @@ func TestBadReports(t *testing.T) {
 		{"huge key", []*rlqsv3.RateLimitQuotaUsageReports{report("edge", usage(map[string]string{string(long[:300]): "v"}, 1, 0, 0))}, "key of 300 bytes"},
 		{"huge value", []*rlqsv3.RateLimitQuotaUsageReports{report("edge", usage(map[string]string{"k": string(long)}, 1, 0, 0))}, "value of 5000 bytes"},
 		{"no domain", []*rlqsv3.RateLimitQuotaUsageReports{report("", usage(tenantA, 1, 0, 0))}, "names no domain"},
+		{"huge id", []*rlqsv3.RateLimitQuotaUsageReports{report("edge", usage(map[string]string{"a": string(long[:4000]), "b": string(long[:4000]), "c": string(long[:4000])}, 1, 0, 0))}, "12003 bytes of keys and values, at most 8192"},
 		{"huge domain", []*rlqsv3.RateLimitQuotaUsageReports{report(string(long), usage(tenantA, 1, 0, 0))}, "domain: 5000 bytes"},
 	}
 	for _, tc := range cases {

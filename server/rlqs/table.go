@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/codes"
@@ -23,6 +24,9 @@ type idEntry struct {
 	share     *share // nil unless target is Limited and leased
 	consumers map[*stream]*consumer
 	reserved  []reservation
+	// unleased: its target is Limited, but its key could not be leased; it
+	// is denied until a retry (retryLeases) leases it.
+	unleased bool
 }
 
 // reservation is a part an ended or abandoned consumer's Envoy may still
@@ -95,7 +99,8 @@ type stream struct {
 	domain    string
 	opened    int64
 	reports   uint64
-	queue     chan *rlqsv3.RateLimitQuotaResponse
+	queue     chan answer
+	unsent    atomic.Int64 // bytes in queue
 	end       context.CancelCauseFunc
 	consumers map[*idEntry]*consumer
 	// out are actions waiting for flush (abandons, denials of ids not
@@ -104,6 +109,12 @@ type stream struct {
 	pending  []*consumer
 	flushing bool // listed in Service.flushing
 	ended    bool
+}
+
+// answer is one flush's responses to a stream, and their size.
+type answer struct {
+	msgs  []*rlqsv3.RateLimitQuotaResponse
+	bytes int64
 }
 
 // validate checks a report before anything of it is used: a domain (this
@@ -125,6 +136,15 @@ func validate(r *rlqsv3.RateLimitQuotaUsageReports, st *stream) error {
 	return nil
 }
 
+// MaxIDBytes bounds the keys and values of one bucket id together. Each
+// distinct id is stored (twice: its map and its key in the table) for as
+// long as it is reported, up to --max-buckets of them, so the entry limits
+// RLS has for a request it forgets at once (64 entries of up to 4 KiB) are
+// too loose here. Envoy's ids are a few short strings (a rule name, a
+// header's value, an address); 8 KiB still takes a value as long as RLS
+// takes, beside a few short ones.
+const MaxIDBytes = 8 << 10
+
 // validID is the limits of a bucket id.
 func validID(id map[string]string) error {
 	switch {
@@ -133,6 +153,7 @@ func validID(id map[string]string) error {
 	case len(id) > engine.MaxDescriptors:
 		return fmt.Errorf("%d entries, at most %d allowed", len(id), engine.MaxDescriptors)
 	}
+	size := 0
 	for k, v := range id {
 		switch {
 		case k == "":
@@ -142,6 +163,10 @@ func validID(id map[string]string) error {
 		case len(v) > engine.MaxValueBytes:
 			return fmt.Errorf("key %.64q: a value of %d bytes, at most %d allowed", k, len(v), engine.MaxValueBytes)
 		}
+		size += len(k) + len(v)
+	}
+	if size > MaxIDBytes {
+		return fmt.Errorf("%d bytes of keys and values, at most %d allowed", size, MaxIDBytes)
 	}
 	return nil
 }
@@ -172,7 +197,7 @@ func (s *Service) open(end context.CancelCauseFunc, peer string) *stream {
 	}
 	s.nextStream++
 	st := &stream{id: s.nextStream, peer: peer, opened: s.opt.Clock(), end: end,
-		queue: make(chan *rlqsv3.RateLimitQuotaResponse, s.opt.Queue), consumers: map[*idEntry]*consumer{}}
+		queue: make(chan answer, s.opt.Queue), consumers: map[*idEntry]*consumer{}}
 	s.streams[st.id] = st
 	return st
 }
@@ -238,7 +263,7 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 		e := s.entry(domain, id, now)
 		if e == nil {
 			s.refuse(reasonOverflow)
-			st.out = append(st.out, action(id, Blanket(false), s.ttl))
+			st.out = append(st.out, action(id, Blanket(s.opt.ShadowMode), s.ttl))
 			s.noteOut(st)
 			continue
 		}
@@ -248,7 +273,7 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 				// Each stream that reports an id holds state for it: the
 				// pairs are bounded as the ids are.
 				s.refuse(reasonOverflow)
-				st.out = append(st.out, action(id, Blanket(false), s.ttl))
+				st.out = append(st.out, action(id, Blanket(s.opt.ShadowMode), s.ttl))
 				s.noteOut(st)
 				s.prune(e, now)
 				continue
@@ -278,8 +303,16 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 	s.flush(now)
 }
 
+// maxReportedRate bounds the demand one report can claim for one bucket, in
+// requests a second: far above what one Envoy serves, and low enough that
+// what the meters count from it (meter.go) can never wrap them or drown
+// every other replica's demand. Counts near 2^64, or over a nanosecond, are
+// no Envoy's.
+const maxReportedRate = 1e7
+
 // record takes one usage report's demand: requests (allowed and denied)
-// over the period, Envoy's or, when Envoy says 0 s, this clock's.
+// over the period, Envoy's or, when Envoy says 0 s, this clock's, at most
+// maxReportedRate.
 func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now int64) {
 	n := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
 	elapsed := u.GetTimeElapsed().AsDuration().Seconds()
@@ -287,7 +320,7 @@ func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
 		elapsed = float64(now-c.reported) / 1e9
 	}
 	if elapsed > 0 {
-		c.demand, c.known = n/elapsed, true
+		c.demand, c.known = min(n/elapsed, maxReportedRate), true
 		c.admits = min(float64(u.GetNumRequestsAllowed())/elapsed, c.demand)
 	}
 	c.reported = now
@@ -324,9 +357,15 @@ func cloneID(id map[string]string) map[string]string {
 }
 
 // bind attaches e to the share of t (a Limited one), leasing the key for a
-// new share. A key that cannot be leased is denied over RLQS.
-func (s *Service) bind(e *idEntry, t Target, now int64) {
+// new share. A key that cannot be leased is denied over RLQS until a retry
+// leases it; false then.
+func (s *Service) bind(e *idEntry, t Target, now int64) bool {
 	e.target = t
+	retry := e.unleased
+	if retry {
+		e.unleased = false
+		delete(s.unleased, e)
+	}
 	if t.Kind != Limited {
 		switch t.Kind {
 		case UnknownDomain:
@@ -334,17 +373,21 @@ func (s *Service) bind(e *idEntry, t Target, now int64) {
 		case NoRule, NoLimit:
 			s.refuse(reasonNoRule)
 		}
-		return
+		return true
 	}
 	k := shareKey{e.domain, t.Key}
 	sh := s.shares[k]
 	if sh == nil {
 		lease, err := s.opt.Engine.Lease(t, now)
 		if err != nil {
-			s.refuse(reasonLease)
-			s.log.Warn("rlqs: no lease for a bucket key; its ids are denied over RLQS", "domain", e.domain, "rule", t.Rule, "err", err)
+			if !retry {
+				s.refuse(reasonLease)
+				s.log.Warn("rlqs: no lease for a bucket key; its ids are denied over RLQS until one can be had", "domain", e.domain, "rule", t.Rule, "err", err)
+			}
 			e.target.Kind = NoLimit
-			return
+			e.unleased = true
+			s.unleased[e] = struct{}{}
+			return false
 		}
 		sh = &share{key: k, target: t, fill: fillSeconds(t.Rate, t.WindowSeconds), lease: lease,
 			entries: map[*idEntry]struct{}{}, at: now}
@@ -355,6 +398,7 @@ func (s *Service) bind(e *idEntry, t Target, now int64) {
 	}
 	sh.entries[e] = struct{}{}
 	e.share = sh
+	return true
 }
 
 // unbind detaches e from its share, releasing a share left with no ids.
@@ -379,6 +423,7 @@ func (s *Service) prune(e *idEntry, now int64) {
 	if len(e.consumers) == 0 && len(e.reserved) == 0 {
 		s.unbind(e, now)
 		delete(s.ids, e.key)
+		delete(s.unleased, e)
 	}
 }
 

@@ -25,6 +25,9 @@ type Snapshot struct {
 	Reports  uint64            `json:"reports"`
 	Pushes   uint64            `json:"pushes"`
 	Refusals map[string]uint64 `json:"refusals,omitempty"`
+	// ShadowMode: every assignment is ALLOW_ALL; the parts are what the
+	// streams would have had.
+	ShadowMode bool `json:"shadow_mode,omitempty"`
 }
 
 // StreamInfo is one open stream.
@@ -70,7 +73,7 @@ func (s *Service) Snapshot() Snapshot {
 	defer s.mu.Unlock()
 	now := s.opt.Clock()
 	snap := Snapshot{IDs: len(s.ids), MaxBuckets: s.opt.MaxBuckets, Shares: len(s.shares),
-		Reports: s.reports.Load(), Pushes: s.pushes.Load(), Refusals: s.refusalCounts()}
+		Reports: s.reports.Load(), Pushes: s.pushes.Load(), Refusals: s.refusalCounts(), ShadowMode: s.opt.ShadowMode}
 	for _, st := range s.streams {
 		snap.Streams = append(snap.Streams, StreamInfo{ID: st.id, Peer: st.peer, Domain: st.domain,
 			Buckets: len(st.consumers), Reports: st.reports, AgeSeconds: float64(now-st.opened) / 1e9})
