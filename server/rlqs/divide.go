@@ -75,6 +75,11 @@ func (s *Service) Tick() {
 		}
 		sh.dirty = false
 	}
+	// A share with a burst still ramping is divided again at the next tick.
+	for _, sh := range s.ramping {
+		s.markDirty(sh)
+	}
+	s.ramping = s.ramping[:0]
 	s.flush(now)
 }
 
@@ -210,6 +215,9 @@ func (s *Service) divide(sh *share, now int64) {
 	for i, c := range cs {
 		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
+		if c.stepRamp(Strategy(c.part.cur, sh.fill).GetTokenBucket().GetMaxTokens(), now) {
+			s.ramping = append(s.ramping, sh)
+		}
 		if !c.hasSent || encode(s.strategy(c)) != c.sent {
 			s.queue(c)
 		}
@@ -305,7 +313,8 @@ func (h *held) step(target Part, now, hold int64) {
 
 func addPart(a, b Part) Part { return Part{a.Rate + b.Rate, a.Burst + b.Burst} }
 
-// strategy is c's assignment now: under the global shadow mode ALLOW_ALL,
+// strategy is c's assignment now: its part, with its burst ramped while its
+// Envoy's limiter is new (ramp.go); under the global shadow mode ALLOW_ALL,
 // as a shadow-mode rule's (adapter.go), whatever the part.
 func (s *Service) strategy(c *consumer) *typev3.RateLimitStrategy {
 	e := c.e
@@ -315,7 +324,7 @@ func (s *Service) strategy(c *consumer) *typev3.RateLimitStrategy {
 	case e.share == nil || !c.part.set:
 		return Blanket(false)
 	}
-	return Strategy(c.part.cur, e.share.fill)
+	return c.ramped(Strategy(c.part.cur, e.share.fill))
 }
 
 // sentPart is the part c's last assignment lets its Envoy admit.
@@ -361,7 +370,7 @@ func (s *Service) flush(now int64) {
 				continue // abandoned meanwhile
 			}
 			strat := s.strategy(c)
-			c.sent, c.hasSent = encode(strat), true
+			c.noteSent(strat, now)
 			out = append(out, action(c.e.id, strat, s.ttl))
 		}
 		st.out, st.pending = nil, nil

@@ -84,6 +84,9 @@ type Service struct {
 	shares  map[shareKey]*share
 	streams map[uint64]*stream
 	dirty   []*share
+	// ramping are the shares divided in this tick with a burst still
+	// ramping (ramp.go).
+	ramping []*share
 	// flushing are the streams with actions waiting for flush.
 	flushing   []*stream
 	nextStream uint64

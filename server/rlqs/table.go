@@ -82,7 +82,12 @@ type consumer struct {
 	part       held
 	sent       encoded
 	hasSent    bool
-	queued     bool // an action for it waits in st.out
+	// ramp is the burst c's assignment may carry while its Envoy's limiter
+	// is new, 0 once it is the part's own; rampAt is when it last grew
+	// (ramp.go).
+	ramp   uint32
+	rampAt int64
+	queued bool // an action for it waits in st.out
 }
 
 // held is a part whose grows wait for the hold.
