@@ -47,7 +47,7 @@ func (d *Daemon) membership(reg prometheus.Registerer) error {
 			v.demand = controller.New(reshared{controller.NewEngine(d.engine), d}, client, controller.Config{
 				Service: v.service, Group: v.group, Prefix: cfg.DemandPrefix, Interval: cfg.DemandInterval,
 				MaxWrites: cfg.DemandMaxWrites, QueryRate: cfg.ConsulQueryRate, Node: cfg.Node, TopKeys: cfg.DemandTopKeys,
-				View: func() membership.View { return *v.cur.Load() }, Passing: v.consul.PassingNodes, Clock: d.clock,
+				View: func() membership.View { return *v.cur.Load() }, Passing: v.consul.PassingNodes, Hold: departedHold(cfg), Clock: d.clock,
 				Logger: d.log.With("component", "demand"),
 			})
 			v.demand.Register(reg)
@@ -202,4 +202,14 @@ func membershipHold(cfg *config.Config) time.Duration {
 		return max(cfg.MembershipHold, cfg.RLQSTTL)
 	}
 	return cfg.MembershipHold
+}
+
+// departedHold is how long the demand leader keeps the division in force
+// after a replica leaves: with --rlqs, the replica's Envoys may enforce its
+// share until their assignments expire, --rlqs-ttl after it last answered.
+func departedHold(cfg *config.Config) time.Duration {
+	if cfg.RLQS {
+		return cfg.RLQSTTL
+	}
+	return 0
 }

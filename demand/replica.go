@@ -59,6 +59,9 @@ const HistoryLen = 8
 type History struct {
 	entries [HistoryLen]sent
 	n       int // entries added, total
+	// pinned is the report the parameters in force counted, kept when the
+	// ring moves past it (Pin); its index is 0 when none.
+	pinned sent
 }
 
 type sent struct {
@@ -73,6 +76,28 @@ type sent struct {
 func (h *History) Add(index uint64, r Report) {
 	h.entries[h.n%HistoryLen] = sent{index: index, report: r}
 	h.n++
+}
+
+// Pin keeps the report of node's that p counted, if this replica knows it,
+// for as long as p is in force, however many reports follow: the
+// parameters can stand unchanged for longer than HistoryLen reports (a
+// leader keeps the division in force while a replica that left may still
+// have Envoys enforcing its share), and the report they counted still
+// gives this replica's share. Call it whenever p comes into force or a
+// report is added.
+func (h *History) Pin(p *Params, node string) {
+	tag := TagOf(node)
+	for _, ref := range p.Reports {
+		if ref.Node != tag {
+			continue
+		}
+		for i := range min(h.n, HistoryLen) {
+			if e := h.entries[i]; e.index == ref.Index {
+				h.pinned = e
+				return
+			}
+		}
+	}
 }
 
 // Reset forgets every report: the session that held them is gone, and with
@@ -121,11 +146,17 @@ func (h *History) Reported(p *Params, node string) (Report, Standing) {
 			continue
 		}
 		listed = true
+		inRing := false
 		for i := range min(h.n, HistoryLen) {
 			if e := &h.entries[i]; e.index == ref.Index {
 				found = &e.report
 				matches++
+				inRing = true
 			}
+		}
+		if e := &h.pinned; !inRing && e.index != 0 && e.index == ref.Index {
+			found = &e.report
+			matches++
 		}
 	}
 	switch {

@@ -132,3 +132,43 @@ func TestRatesWarm(t *testing.T) {
 		}
 	}
 }
+
+// The report the parameters in force counted stays known, once pinned,
+// however many reports follow; another division's parameters, or a new
+// session (Reset), let it go.
+func TestHistoryPinKeepsTheCountedReport(t *testing.T) {
+	var h History
+	h.Add(5, Report{Seq: 5})
+	p := &Params{Reports: []ReportRef{{Index: 5, Node: TagOf("n1")}}}
+	h.Pin(p, "n1")
+	for i := uint64(6); i < 6+2*HistoryLen; i++ {
+		h.Add(i, Report{Seq: i})
+	}
+	if r, st := h.Reported(p, "n1"); st != Counted || r.Seq != 5 {
+		t.Fatalf("pinned report after %d more: %v %+v, want counted, seq 5", 2*HistoryLen, st, r)
+	}
+	var unpinned History
+	unpinned.Add(5, Report{Seq: 5})
+	for i := uint64(6); i < 6+2*HistoryLen; i++ {
+		unpinned.Add(i, Report{Seq: i})
+	}
+	if _, st := unpinned.Reported(p, "n1"); st != Unknown {
+		t.Fatalf("unpinned report after %d more: %v, want unknown", 2*HistoryLen, st)
+	}
+	// A later division pins its own report; the old one goes.
+	later := &Params{Reports: []ReportRef{{Index: 6 + 2*HistoryLen - 1, Node: TagOf("n1")}}}
+	h.Pin(later, "n1")
+	for i := uint64(100); i < 100+HistoryLen; i++ {
+		h.Add(i, Report{Seq: i})
+	}
+	if _, st := h.Reported(p, "n1"); st != Unknown {
+		t.Fatalf("the first division's report after another was pinned: %v, want unknown", st)
+	}
+	if _, st := h.Reported(later, "n1"); st != Counted {
+		t.Fatalf("the later division's report: %v, want counted", st)
+	}
+	h.Reset()
+	if _, st := h.Reported(later, "n1"); st != Unknown {
+		t.Fatalf("after Reset: %v, want unknown", st)
+	}
+}

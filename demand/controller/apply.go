@@ -26,6 +26,7 @@ func (c *Controller) onParams(value []byte, _ uint64) {
 		return
 	}
 	c.params, c.gotAt = &p, c.wall()
+	c.hist.Pin(c.params, c.set.Node)
 	c.mu.Unlock()
 	c.apply(c.wall())
 }

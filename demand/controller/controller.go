@@ -69,6 +69,12 @@ type Config struct {
 	// Passing returns the nodes with a passing instance in the last
 	// answer from Consul, sorted; nil while that is not known.
 	Passing func() []string
+	// Hold is how long a report stays counted after the leader last saw
+	// it from a node with a passing instance, once its node leaves the
+	// service or the report goes with its session: a replica that died
+	// may leave Envoys enforcing its share, through RLQS assignments, that
+	// long (--rlqs-ttl). 0 drops such a report at once.
+	Hold time.Duration
 	// Clock is the engine's clock.
 	Clock monotime.Clock
 	// Logger receives what the controller does; nil discards.
@@ -96,7 +102,16 @@ type Controller struct {
 	gotAt    time.Time // when params arrived
 	badParam uint64
 	badReps  map[string]uint64 // reports the leader could not use, by cause (readCauses)
-	last     *demand.Report    // the last report written, as decoded
+	// The leader's memory for frozen: when it first found each replica
+	// gone or restarted; each passing node's report session; the division
+	// (by its time) of the leader it took the lead from, and when; when
+	// this process first divided.
+	left     map[demand.NodeTag]time.Time
+	sessions map[string]string
+	took     int64
+	tookAt   time.Time
+	born     time.Time
+	last     *demand.Report // the last report written, as decoded
 	lastAt   time.Time
 	seq      uint64
 	writes   uint64
@@ -153,7 +168,7 @@ func New(eng Engine, client *api.Client, cfg Config) *Controller {
 	return &Controller{eng: eng, client: client, set: cfg, log: log, wall: time.Now,
 		rates: map[string]*demand.Rates{}, grows: map[int][]grow{}, shares: map[string]float64{},
 		hotRates: map[string]map[uint64]*demand.Rates{}, cands: map[string]*demand.Candidates{},
-		badReps: map[string]uint64{}, writeErrs: map[string]uint64{}, standing: demand.Absent}
+		badReps: map[string]uint64{}, writeErrs: map[string]uint64{}, standing: demand.Absent, left: map[demand.NodeTag]time.Time{}}
 }
 
 // rules are the installed demand rules of the service's domains.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/sharelimit/sharelimit/demand"
 	"github.com/sharelimit/sharelimit/demand/consulkv"
@@ -30,6 +31,9 @@ type figure func(rep *demand.Report) (offered, admitted float64, named bool)
 // divide is the leader's division of one snapshot of the reports.
 func (c *Controller) divide(snap consulkv.Snapshot) ([]byte, error) {
 	now := c.wall()
+	if b, err := c.frozen(snap.Reports, now); b != nil || err != nil {
+		return b, err
+	}
 	reps, bad := c.entries(snap)
 	h, f := demand.DefaultHeadroom, demand.DefaultFloor
 	p := demand.Params{At: now.UnixNano(), Snapshot: snap.Index, Headroom: h, Floor: f, Leader: c.set.Node}
@@ -99,6 +103,96 @@ func (c *Controller) entries(snap consulkv.Snapshot) ([]reportEntry, []badReport
 		reps = append(reps, reportEntry{rep: r, counted: why == nil && kv.ModifyIndex >= 1 && kv.ModifyIndex <= snap.Index, index: kv.ModifyIndex})
 	}
 	return reps, bad
+}
+
+// frozen is the division in force, stamped now, for Config.Hold after a
+// replica left or restarted, and after this replica took the lead from
+// another; nil and no error otherwise. A replica has left when its report
+// comes from a node with no passing instance (deregistered, or failing its
+// check), or when the division in force counted a report of its node and
+// no report of it comes from a passing node now (it went with its session,
+// which this leader may have ended itself when it took the lead from it).
+// It has restarted when its report comes under another session than
+// before. Such a replica may leave Envoys enforcing its old share through
+// RLQS assignments until they expire, and a new division would hand that
+// share to the others, or measure the new process's demand before its
+// Envoys have reported to it; a new leader cannot tell what the last one
+// saw. The division in force keeps every replica's share as it is (each
+// computes its own from the report it counted; a restarted replica does not
+// know its old one, and takes the least). Without parameters in force there
+// is nothing to keep, and the division goes on.
+func (c *Controller) frozen(reports []consulkv.KVReport, now time.Time) ([]byte, error) {
+	hold := c.set.Hold
+	if hold <= 0 {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gone := c.departures(reports, now)
+	holding := false
+	for tag, since := range c.left {
+		switch {
+		case now.Sub(since) < hold:
+			holding = true
+		case !gone[tag]:
+			delete(c.left, tag) // back, or no longer known
+		}
+	}
+	if c.born.IsZero() {
+		c.born = now // this process's first division, or this call
+	}
+	if p := c.params; p != nil && (p.Leader != c.set.Node || p.At < c.born.UnixNano()) && p.At != c.took {
+		c.took, c.tookAt = p.At, now // the lead, from another leader or process
+	}
+	holding = holding || (c.took != 0 && now.Sub(c.tookAt) < hold)
+	if !holding || c.params == nil {
+		return nil, nil
+	}
+	p := *c.params
+	p.At, p.Leader = now.UnixNano(), c.set.Node
+	return demand.AppendParams(nil, &p)
+}
+
+// departures notes in c.left when each replica that left or restarted was
+// first found so, and returns the replicas gone now. Called with mu held.
+func (c *Controller) departures(reports []consulkv.KVReport, now time.Time) map[demand.NodeTag]bool {
+	live := make(map[demand.NodeTag]bool, len(reports))
+	gone := make(map[demand.NodeTag]bool)
+	sessions := make(map[string]string, len(reports))
+	for _, kv := range reports {
+		tag := demand.TagOf(kv.Node)
+		if !c.passing(kv.Node) {
+			gone[tag] = true
+			continue
+		}
+		live[tag] = true
+		if s, ok := c.sessions[kv.Node]; ok && s != kv.Session {
+			c.noteLeft(tag, now) // a new process
+		}
+		sessions[kv.Node] = kv.Session
+	}
+	c.sessions = sessions
+	if c.params != nil {
+		for _, ref := range c.params.Reports {
+			if !live[ref.Node] {
+				gone[ref.Node] = true
+			}
+		}
+	}
+	for tag := range gone {
+		if live[tag] {
+			delete(gone, tag) // another node of the same tag: not told apart
+			continue
+		}
+		c.noteLeft(tag, now)
+	}
+	return gone
+}
+
+func (c *Controller) noteLeft(tag demand.NodeTag, now time.Time) {
+	if _, ok := c.left[tag]; !ok {
+		c.left[tag] = now
+	}
 }
 
 // listCounted uncounts what the division cannot count, and lists the rest,

@@ -114,6 +114,9 @@ func (c *Controller) write(ctx context.Context, r *demand.Report, now time.Time)
 		c.writes++
 		c.seq = r.Seq
 		c.hist.Add(index, decoded)
+		if c.params != nil {
+			c.hist.Pin(c.params, c.set.Node) // the parameters may have come first
+		}
 		c.last, c.lastAt = &decoded, now
 		c.writeErr = ""
 		if cause := c.writeLog.ok(""); cause != "" {
