@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharelimit/sharelimit/internal/envoymodel"
@@ -34,8 +37,11 @@ const (
 // rlqsEnvoy is one model Envoy and the load it is offered.
 type rlqsEnvoy struct {
 	m    *envoymodel.Model
-	rate float64 // requests a second offered
+	rate atomic.Uint64 // requests a second offered, as float64 bits
 }
+
+func (e *rlqsEnvoy) setRate(r float64) { e.rate.Store(math.Float64bits(r)) }
+func (e *rlqsEnvoy) getRate() float64  { return math.Float64frombits(e.rate.Load()) }
 
 // denyAll is the closed-cap setting the README recommends for Envoy.
 func denyAll() *typev3.RateLimitStrategy {
@@ -47,22 +53,36 @@ func rlqsEnvoys(t *testing.T, ctx context.Context, c *cluster, n int, clock mono
 	t.Helper()
 	out := make([][]*rlqsEnvoy, len(c.daemons))
 	for i, d := range c.daemons {
+		if d == nil {
+			continue
+		}
 		for range n {
-			conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { conn.Close() })
-			m, err := envoymodel.New(envoymodel.Config{Conn: conn, Domain: "edge", NoAssignment: denyAll(),
-				Expired: denyAll(), ExpiredTimeout: 10 * time.Second, Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			go m.Run(ctx) //nolint:errcheck // ends with ctx
-			out[i] = append(out[i], &rlqsEnvoy{m: m})
+			out[i] = append(out[i], newRLQSEnvoy(t, ctx, d.grpcAddr, clock))
 		}
 	}
 	return out
+}
+
+// newRLQSEnvoy runs one model Envoy whose RLQS server is at addr. Its
+// connection redials at once when it is lost, as Envoy's connection pool
+// does when the next report opens a stream; grpc-go's own back-off (up to
+// two minutes) would measure the client, not the server.
+func newRLQSEnvoy(t *testing.T, ctx context.Context, addr string, clock monotime.Clock) *rlqsEnvoy {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
+			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: 2 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	m, err := envoymodel.New(envoymodel.Config{Conn: conn, Domain: "edge", NoAssignment: denyAll(),
+		Expired: denyAll(), ExpiredTimeout: 10 * time.Second, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Run(ctx) //nolint:errcheck // ends with ctx
+	return &rlqsEnvoy{m: m}
 }
 
 // offer drives every Envoy at its rate, in 10 ms steps, until ctx ends.
@@ -81,7 +101,7 @@ func offer(ctx context.Context, envoys [][]*rlqsEnvoy, id map[string]string) *sy
 					case <-ctx.Done():
 						return
 					case now := <-tk.C:
-						owed += e.rate * now.Sub(last).Seconds()
+						owed += e.getRate() * now.Sub(last).Seconds()
 						last = now
 						for ; owed >= 1; owed-- {
 							e.m.Allow(id)
@@ -124,11 +144,11 @@ func TestRLQSSkewed(t *testing.T) {
 	start := clock()
 	envoys := rlqsEnvoys(t, ctx, c, 2, clock)
 	offered := 2.0 * rlqsLimit
-	envoys[0][0].rate = 0.8 * offered
+	envoys[0][0].setRate(0.8 * offered)
 	for i, node := range envoys {
 		for j, e := range node {
 			if i != 0 || j != 0 {
-				e.rate = 0.2 * offered / 5
+				e.setRate(0.2 * offered / 5)
 			}
 		}
 	}
@@ -159,7 +179,7 @@ func TestRLQSSkewed(t *testing.T) {
 	for i, node := range envoys {
 		for j, e := range node {
 			a, d := e.m.Totals()
-			t.Logf("node%d envoy%d: offered %.0f/s, allowed %d, denied %d; admitted by second: %v", i+1, j+1, e.rate, a, d, perSecond(e.m.Admitted().Window(start/int64(envoymodel.SlotWidth), to)))
+			t.Logf("node%d envoy%d: offered %.0f/s, allowed %d, denied %d; admitted by second: %v", i+1, j+1, e.getRate(), a, d, perSecond(e.m.Admitted().Window(start/int64(envoymodel.SlotWidth), to)))
 		}
 	}
 	if float64(most) > 1.05*rlqsLimit {
