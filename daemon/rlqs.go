@@ -20,7 +20,7 @@ func (d *Daemon) newRLQS(metrics *server.Metrics) ([]grpc.ServerOption, error) {
 	}
 	svc, err := rlqs.New(rlqs.Options{
 		Engine: rlqs.FromEngine(d.engine), Clock: d.clock, TTL: d.cfg.RLQSTTL, AbandonAfter: d.cfg.RLQSAbandonAfter,
-		Hold: rlqsHold, MaxBuckets: d.cfg.MaxBuckets, ShadowMode: d.cfg.ShadowMode, Logger: d.log.With("component", "rlqs"),
+		Hold: rlqsHold, StartHold: rlqsStartHold, MaxBuckets: d.cfg.MaxBuckets, ShadowMode: d.cfg.ShadowMode, Logger: d.log.With("component", "rlqs"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--rlqs: %w", err)
@@ -71,3 +71,9 @@ func (r reshared) SetHot(identity string, ids []uint64, now int64) []controller.
 // shrinks of one division reach their streams before the grows of the next:
 // two of the divider's ticks.
 const rlqsHold = 200 * time.Millisecond
+
+// rlqsStartHold is how long after start a stream's part is at most what its
+// Envoy reported admitting: every Envoy reports, reconnecting after a
+// restart, within its 5 s interval, and until it has, it may still enforce
+// an assignment of the previous process.
+const rlqsStartHold = 6 * time.Second

@@ -211,6 +211,13 @@ func (s *Service) divide(sh *share, now int64) {
 	}
 	rls := part(len(cs))
 	wholeTokens(parts, Part{avail.Rate - rls.Rate, avail.Burst - rls.Burst})
+	if now-s.startedAt < int64(s.opt.StartHold) {
+		for i, c := range cs {
+			if c.inherited {
+				parts[i] = admitsCap(parts[i], c.admits)
+			}
+		}
+	}
 	sh.budget, sh.assigned = budget, reserved
 	for i, c := range cs {
 		c.part.step(parts[i], now, int64(s.opt.Hold))

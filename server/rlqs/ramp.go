@@ -66,3 +66,15 @@ func (c *consumer) stepRamp(full uint32, now int64) bool {
 	}
 	return c.ramp > 0
 }
+
+// admitsCap is p cut to the rate an Envoy reported admitting, its burst in
+// proportion: while StartHold runs, the Envoy may still enforce an
+// assignment of a previous process, and this one gives it no more than it
+// was admitting until every Envoy has reported.
+func admitsCap(p Part, admits float64) Part {
+	if !(admits < p.Rate) {
+		return p
+	}
+	admits = max(admits, 0)
+	return Part{admits, p.Burst * admits / p.Rate}
+}

@@ -50,6 +50,15 @@ type Options struct {
 	// Hold is how long a grow of an assignment waits (the daemon gives 200 ms:
 	// the share's own grows have waited already, before the weight moved).
 	Hold time.Duration
+	// StartHold: for this long after New, the part of a stream whose first
+	// report of a bucket had a period behind it (a bucket its Envoy had
+	// before the stream) is at most the rate its Envoy reported admitting.
+	// After a restart the node's Envoys still enforce the previous
+	// process's assignments, which this one does not know, until each has
+	// reported here: within Envoy's 5 s report interval. A new bucket's
+	// first report has none (time_elapsed 0), and its part is not cut. 0
+	// leaves parts uncapped from the start.
+	StartHold time.Duration
 	// MaxBuckets caps the distinct bucket ids held; past it, new ids are
 	// denied, unstored (--max-buckets).
 	MaxBuckets int
@@ -77,6 +86,8 @@ type Service struct {
 
 	opt Options
 	ttl int64 // nanoseconds, whole seconds
+	// startedAt is New's time, from which StartHold runs.
+	startedAt int64
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -145,7 +156,8 @@ func New(opt Options) (*Service, error) {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{opt: opt, ttl: int64(opt.TTL), log: opt.Logger, ids: map[string]*idEntry{},
-		shares: map[shareKey]*share{}, streams: map[uint64]*stream{}, unleased: map[*idEntry]struct{}{}}, nil
+		shares: map[shareKey]*share{}, streams: map[uint64]*stream{}, unleased: map[*idEntry]struct{}{},
+		startedAt: opt.Clock()}, nil
 }
 
 func cmpOr[T int | time.Duration](v, def T) T {

@@ -87,6 +87,8 @@ type consumer struct {
 	// (ramp.go).
 	ramp   uint32
 	rampAt int64
+	// inherited: its first report had a period behind it (StartHold).
+	inherited bool
 	queued bool // an action for it waits in st.out
 }
 
@@ -283,7 +285,10 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) {
 				s.prune(e, now)
 				continue
 			}
-			c, fresh = &consumer{st: st, e: e, active: now}, true
+			// A first report with a period behind it is a bucket its Envoy
+			// had before this stream: it may enforce an assignment this
+			// process never gave (StartHold).
+			c, fresh = &consumer{st: st, e: e, active: now, inherited: u.GetTimeElapsed().AsDuration() > 0}, true
 			st.consumers[e] = c
 			e.consumers[st] = c
 			s.npairs++
