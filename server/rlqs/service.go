@@ -88,7 +88,7 @@ type Service struct {
 	ttl int64 // nanoseconds, whole seconds
 	// startedAt is New's time, from which StartHold runs.
 	startedAt int64
-	log *slog.Logger
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	ids     map[string]*idEntry

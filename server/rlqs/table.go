@@ -89,7 +89,7 @@ type consumer struct {
 	rampAt int64
 	// inherited: its first report had a period behind it (StartHold).
 	inherited bool
-	queued bool // an action for it waits in st.out
+	queued    bool // an action for it waits in st.out
 }
 
 // held is a part whose grows wait for the hold.
