@@ -109,6 +109,36 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 }
 
+// TestSessionLinger: a lingering session is left to its TTL when Run ends,
+// and its report with it, for the replica's next process to take over.
+func TestSessionLinger(t *testing.T) {
+	a := consultest.Start(t)
+	client := a.Client()
+	s, err := NewSession(client, SessionConfig{Name: "linger", TTL: MinTTL, Linger: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	testutil.Eventually(t, 30*time.Second, testutil.Cond(func() bool { id, _ := s.ID(); return id != "" }, "session created"))
+	id, _ := s.ID()
+	if _, err := NewPublisher(client, testKeys, "node-a", s).Publish(context.Background(), []byte("r1")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if info, _, err := client.Session().Info(id, nil); err != nil || info == nil {
+		t.Fatalf("the lingering session after Run ended: %v %v", info, err)
+	}
+	if pair, _, _ := client.KV().Get(testKeys.Report("node-a"), nil); pair == nil || string(pair.Value) != "r1" {
+		t.Errorf("the report after a lingering Run ended: %+v", pair)
+	}
+	if _, err := client.Session().Destroy(id, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPublisher: a write is held by the session and returns the index
 // Consul gave it; without a session there is nothing to write with; a key
 // another session holds is refused, and nothing is written.
@@ -386,10 +416,26 @@ func TestPublisherTakesOverAPreviousProcess(t *testing.T) {
 		t.Fatalf("the dead process's leader lock: %v %v", ok, err)
 	}
 
+	stale, _, err := client.KV().Get(testKeys.Report("node-a"), nil)
+	if err != nil || stale == nil {
+		t.Fatalf("the dead process's report: %+v %v", stale, err)
+	}
 	s, _ := runSession(t, client, name)
-	idx, err := NewPublisher(client, testKeys, "node-a", s).Publish(ctx, []byte("fresh"))
+	pub := NewPublisher(client, testKeys, "node-a", s)
+	if _, _, ok := pub.Adopted(); ok {
+		t.Fatal("adopted a report before any write")
+	}
+	idx, err := pub.Publish(ctx, []byte("fresh"))
 	if err != nil {
 		t.Fatalf("the restarted process's first write: %v", err)
+	}
+	// The report the previous process left is handed over, once: a
+	// division may have counted it, and this replica's share follows.
+	if v, at, ok := pub.Adopted(); !ok || string(v) != "stale" || at != stale.ModifyIndex {
+		t.Errorf("adopted %q at %d (%v), want %q at %d", v, at, ok, "stale", stale.ModifyIndex)
+	}
+	if _, _, ok := pub.Adopted(); ok {
+		t.Error("adopted the previous report twice")
 	}
 	id, _ := s.ID()
 	pair, _, err := client.KV().Get(testKeys.Report("node-a"), nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -37,6 +38,26 @@ type Publisher struct {
 	// the same node name cannot end each other's sessions in turn: the
 	// second is refused, loudly, and keeps at most its equal share.
 	tookOver bool
+
+	mu sync.Mutex
+	// adopted is the report the previous process's session held when this
+	// publisher ended it, until Adopted hands it over.
+	adopted *KVReport
+}
+
+// Adopted returns, once, the report a previous process of this replica
+// held under the key when this publisher took it over: its value and the
+// index it was written at. A division may have counted it, and the replica
+// reads its share from the report a division counted.
+func (p *Publisher) Adopted() (value []byte, index uint64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.adopted == nil {
+		return nil, 0, false
+	}
+	r := p.adopted
+	p.adopted = nil
+	return r.Value, r.ModifyIndex, true
 }
 
 // NewPublisher returns a publisher of node's report.
@@ -134,6 +155,9 @@ func (p *Publisher) refused(ctx context.Context, id, msg string) error {
 		return fmt.Errorf("%w: %s: held by a previous process's session %s, which could not be ended: %v", ErrHeld, p.key, holder.ID, err)
 	}
 	p.tookOver = true
+	p.mu.Lock()
+	p.adopted = &KVReport{Value: pair.Value, ModifyIndex: pair.ModifyIndex, Session: pair.Session}
+	p.mu.Unlock()
 	log := p.s.log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -18,7 +18,12 @@ type SessionConfig struct {
 	Name string
 	// TTL is the session's time to live, at least MinTTL; it is renewed
 	// every TTL/2. Consul may take up to twice the TTL to expire it.
-	TTL    time.Duration
+	TTL time.Duration
+	// Linger leaves the session to expire by its TTL when Run ends, rather
+	// than destroying it, and so the report it holds: a replica whose
+	// Envoys may still enforce the share that report got keeps it counted,
+	// and its next process takes the key over (Publisher.Adopted).
+	Linger bool
 	Logger *slog.Logger
 }
 
@@ -101,7 +106,8 @@ func (s *Session) touch() {
 }
 
 // Run creates the session and renews it until ctx ends, then destroys it
-// (best effort, within two seconds), which deletes the keys it held.
+// (best effort, within two seconds), which deletes the keys it held; a
+// lingering session is left to expire instead.
 func (s *Session) Run(ctx context.Context) error {
 	errs := 0
 	for {
@@ -167,6 +173,11 @@ func (s *Session) wait(done <-chan struct{}, d time.Duration) bool {
 func (s *Session) destroy() {
 	id, _ := s.ID()
 	if id == "" {
+		return
+	}
+	if s.cfg.Linger {
+		s.log.Info("consul session left to expire by its TTL, with the report it holds", "session", id, "ttl", s.cfg.TTL)
+		s.set("")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

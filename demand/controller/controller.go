@@ -150,6 +150,9 @@ type store interface {
 	Session() (gen uint64, renewed time.Time)
 	// Leading reports whether this replica holds the leader lock.
 	Leading() bool
+	// Adopted returns, once, the report a previous process of this
+	// replica held when this one took its key over, and its index.
+	Adopted() (value []byte, index uint64, ok bool)
 }
 
 // grow is a larger share held back until at.
@@ -227,6 +230,10 @@ func (c *Controller) start(ctx context.Context, g *errgroup.Group) error {
 	keys := consulkv.Keys{Prefix: c.set.Prefix, Service: c.set.Service}
 	session, err := consulkv.NewSession(c.client, consulkv.SessionConfig{
 		Name: "sharelimit demand " + c.set.Service + " " + node, TTL: sessionTTL, Logger: c.log,
+		// With a hold, this replica's Envoys may enforce the share its
+		// report got after it exits: the report stays until the session
+		// expires, or the next process takes it over and adopts it.
+		Linger: c.set.Hold > 0,
 	})
 	if err != nil {
 		return fmt.Errorf("demand sharing for service %s: %w", c.set.Service, err)
@@ -278,6 +285,8 @@ func (s consulStore) Session() (uint64, time.Time) {
 }
 
 func (s consulStore) Leading() bool { return s.leader.IsLeader() }
+
+func (s consulStore) Adopted() ([]byte, uint64, bool) { return s.pub.Adopted() }
 
 // passing reports whether node has a passing instance in the last answer
 // from Consul; true while that is not known.

@@ -133,3 +133,44 @@ func TestDepartedReplicaKeepsItsShareForHold(t *testing.T) {
 		})
 	}
 }
+
+// A replica's next process, taking its key over, adopts the report the
+// previous one left: under the division in force, which counted that
+// report, it keeps the share its Envoys may still enforce parts of, rather
+// than the least share. Without a hold, nothing is adopted.
+func TestRestartedReplicaAdoptsItsReport(t *testing.T) {
+	for _, hold := range []time.Duration{15 * time.Second, 0} {
+		t.Run(hold.String(), func(t *testing.T) {
+			cl := newCluster(t, 4)
+			for _, r := range cl.reps {
+				r.c.set.Hold = hold
+			}
+			cl.run(3*time.Second, 10, 1000, 10, 10)
+			inForce := cl.reps[0].params(t, cl.kv)
+			cl.deliver(inForce)
+			cl.settle(cl.reps[0].c.growDelay())
+			was := cl.reps[1].weight(shared)
+			cl.kv.mu.Lock()
+			left := cl.kv.reports["n2"]
+			cl.kv.mu.Unlock()
+
+			next := newReplica(t, "n2", 4, cl.kv, cl.clock, Rule{Identity: shared, Path: "k_v", Limit: 400})
+			next.c.set.Hold = hold
+			next.st.adopt = &left
+			next.c.onParams(inForce, 0)
+			for range 10 { // its first report goes out
+				cl.clock.Advance(tickEvery)
+				next.eng.meter(shared, 0, 1, 1)
+				next.c.tick(context.Background())
+			}
+			next.c.apply(cl.clock.Now())
+			got := next.weight(shared)
+			switch {
+			case hold > 0 && (got < was-1e-9 || got > was+1e-9):
+				t.Fatalf("the next process takes %.4f of L, want the %.4f the division in force gave n2", got, was)
+			case hold == 0 && got >= was:
+				t.Fatalf("without a hold the next process takes %.4f of L, want less than the %.4f of the report it did not write", got, was)
+			}
+		})
+	}
+}

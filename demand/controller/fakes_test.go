@@ -232,6 +232,9 @@ type fakeStore struct {
 	leading bool
 	fail    error
 	lost    bool
+	// adopt is handed over by Adopted once, after a write: a previous
+	// process's report taken over.
+	adopt *kvEntry
 }
 
 var _ store = (*fakeStore)(nil)
@@ -255,6 +258,17 @@ func (s *fakeStore) Session() (uint64, time.Time) {
 		return s.gen, s.clock.Now()
 	}
 	return s.gen, s.renewed
+}
+
+func (s *fakeStore) Adopted() ([]byte, uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.adopt == nil {
+		return nil, 0, false
+	}
+	e := s.adopt
+	s.adopt = nil
+	return e.value, e.index, true
 }
 
 func (s *fakeStore) Leading() bool {

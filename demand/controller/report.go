@@ -113,6 +113,14 @@ func (c *Controller) write(ctx context.Context, r *demand.Report, now time.Time)
 	default:
 		c.writes++
 		c.seq = r.Seq
+		if v, at, ok := st.Adopted(); ok && c.set.Hold > 0 {
+			// The previous process's report, which a division in force
+			// may count: this replica's share is read from it, as that
+			// process read it, rather than at the least.
+			if old, err := demand.DecodeReport(v); err == nil {
+				c.hist.Add(at, old)
+			}
+		}
 		c.hist.Add(index, decoded)
 		if c.params != nil {
 			c.hist.Pin(c.params, c.set.Node) // the parameters may have come first

@@ -222,7 +222,7 @@ func (s *Service) divide(sh *share, now int64) {
 	for i, c := range cs {
 		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
-		if c.stepRamp(Strategy(c.part.cur, sh.fill).GetTokenBucket().GetMaxTokens(), now) {
+		if c.stepRamp(clampUint32(c.part.cur.Burst), now) { // Strategy's max_tokens
 			s.ramping = append(s.ramping, sh)
 		}
 		if !c.hasSent || encode(s.strategy(c)) != c.sent {
