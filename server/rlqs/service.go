@@ -62,6 +62,10 @@ type Options struct {
 	// MaxBuckets caps the distinct bucket ids held; past it, new ids are
 	// denied, unstored (--max-buckets).
 	MaxBuckets int
+	// MaxIDBytes caps the bytes (keys and values) of the bucket ids held;
+	// past it, new ids are denied, unstored, as past MaxBuckets. 0 is
+	// DefaultMaxIDBytes.
+	MaxIDBytes int
 	// MaxStreams caps the open streams; past it a new one is refused.
 	MaxStreams int
 	// Tick is the divider's period.
@@ -104,6 +108,7 @@ type Service struct {
 	reload     bool // re-resolve every id at the next tick
 	lastSweep  int64
 	overflowed bool // logged the first overflow
+	idBytes    int  // the bytes of the ids held (ids.go)
 	// metered are the consumers whose reported demand is counted in the
 	// engine's meters as a flow (meter.go), and lastMeter when it last was.
 	metered   []*consumer
@@ -152,6 +157,7 @@ func New(opt Options) (*Service, error) {
 	opt.Queue = cmpOr(opt.Queue, DefaultQueue)
 	opt.MaxStreams = cmpOr(opt.MaxStreams, DefaultMaxStreams)
 	opt.MaxBuckets = cmpOr(opt.MaxBuckets, 1_000_000)
+	opt.MaxIDBytes = cmpOr(opt.MaxIDBytes, DefaultMaxIDBytes)
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -27,6 +27,7 @@ type idEntry struct {
 	// unleased: its target is Limited, but its key could not be leased; it
 	// is denied until a retry (retryLeases) leases it.
 	unleased bool
+	size     int // its keys' and values' bytes, counted in idBytes
 }
 
 // reservation is a part an ended or abandoned consumer's Envoy may still
@@ -339,33 +340,6 @@ func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
 	}
 }
 
-// entry finds or creates (domain, id); nil when MaxBuckets ids are held.
-func (s *Service) entry(domain string, id map[string]string, now int64) *idEntry {
-	k := idKey(domain, id)
-	if e := s.ids[k]; e != nil {
-		return e
-	}
-	if len(s.ids) >= s.opt.MaxBuckets {
-		if !s.overflowed {
-			s.overflowed = true
-			s.log.Warn("rlqs: bucket ids past --max-buckets are denied", "max_buckets", s.opt.MaxBuckets, "domain", domain)
-		}
-		return nil
-	}
-	e := &idEntry{key: k, domain: domain, id: cloneID(id), consumers: map[*stream]*consumer{}}
-	s.ids[k] = e
-	s.bind(e, s.opt.Engine.Resolve(domain, e.id), now)
-	return e
-}
-
-func cloneID(id map[string]string) map[string]string {
-	c := make(map[string]string, len(id))
-	for k, v := range id {
-		c[k] = v
-	}
-	return c
-}
-
 // bind attaches e to the share of t (a Limited one), leasing the key for a
 // new share. A key that cannot be leased is denied over RLQS until a retry
 // leases it; false then.
@@ -434,6 +408,7 @@ func (s *Service) prune(e *idEntry, now int64) {
 		s.unbind(e, now)
 		delete(s.ids, e.key)
 		delete(s.unleased, e)
+		s.idBytes -= e.size
 	}
 }
 
