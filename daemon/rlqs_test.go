@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelimit/sharelimit/config"
+	"github.com/sharelimit/sharelimit/internal/testutil"
 	"github.com/sharelimit/sharelimit/membership"
 )
 
@@ -37,7 +39,7 @@ func rlqsOpen(t *testing.T, r *running, v string) (rlqsv3.RateLimitQuotaService_
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), rlqsStartHold+20*time.Second)
 	t.Cleanup(cancel)
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
@@ -73,6 +75,15 @@ func TestDaemonServesRLQS(t *testing.T) {
 			r := start(t, cfg)
 			st, resp, err := rlqsOpen(t, r, "x")
 			if err != nil {
+				t.Fatal(err)
+			}
+			// A new bucket within rlqsStartHold of the start is denied: the
+			// node's Envoys may still enforce a previous process's
+			// assignments. Its part follows once the hold is over.
+			if b := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() != nil || b.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+				t.Fatalf("a new bucket at the start: %v, want DENY_ALL", resp)
+			}
+			if resp, err = st.Recv(); err != nil {
 				t.Fatal(err)
 			}
 			tb := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
@@ -168,8 +179,12 @@ func TestDaemonRLQSShadowMode(t *testing.T) {
 		qa.GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || qa.GetAssignmentTimeToLive().GetSeconds() != int64(cfg.RLQSTTL/time.Second) {
 		t.Fatalf("got %v, want ALLOW_ALL with the TTL", resp)
 	}
-	snap := r.d.rlqsSnap()
-	if snap == nil || len(snap.Buckets) != 1 || !(snap.Buckets[0].AssignedRate > 0) || snap.Buckets[0].AssignedRate > 50+1e-6 {
-		t.Fatalf("the pages do not show the part the stream would have had: %+v", snap)
-	}
+	// Once the start hold is over, the pages show the part.
+	testutil.Eventually(t, 20*time.Second, func() error {
+		snap := r.d.rlqsSnap()
+		if snap == nil || len(snap.Buckets) != 1 || !(snap.Buckets[0].AssignedRate > 0) || snap.Buckets[0].AssignedRate > 50+1e-6 {
+			return fmt.Errorf("the pages do not show the part the stream would have had: %+v", snap)
+		}
+		return nil
+	})
 }

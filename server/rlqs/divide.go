@@ -213,19 +213,17 @@ func (s *Service) divide(sh *share, now int64) {
 	wholeTokens(parts, Part{avail.Rate - rls.Rate, avail.Burst - rls.Burst})
 	if now-s.startedAt < int64(s.opt.StartHold) {
 		for i, c := range cs {
-			if c.inherited {
-				parts[i] = admitsCap(parts[i], c.admits)
-			}
+			parts[i] = startCap(parts[i], c, budget.Burst)
 		}
 	}
 	sh.budget, sh.assigned = budget, reserved
 	for i, c := range cs {
 		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
-		if c.stepRamp(clampUint32(c.part.cur.Burst), now) { // Strategy's max_tokens
+		if c.pacing(clampUint32(c.part.cur.Burst)) { // Strategy's max_tokens
 			s.ramping = append(s.ramping, sh)
 		}
-		if !c.hasSent || encode(s.strategy(c)) != c.sent {
+		if !c.hasSent || encode(s.strategy(c, now)) != c.sent {
 			s.queue(c)
 		}
 	}
@@ -320,10 +318,10 @@ func (h *held) step(target Part, now, hold int64) {
 
 func addPart(a, b Part) Part { return Part{a.Rate + b.Rate, a.Burst + b.Burst} }
 
-// strategy is c's assignment now: its part, with its burst ramped while its
-// Envoy's limiter is new (ramp.go); under the global shadow mode ALLOW_ALL,
+// strategy is c's assignment at now: its part, its burst's grows paced
+// (ramp.go); under the global shadow mode ALLOW_ALL,
 // as a shadow-mode rule's (adapter.go), whatever the part.
-func (s *Service) strategy(c *consumer) *typev3.RateLimitStrategy {
+func (s *Service) strategy(c *consumer, now int64) *typev3.RateLimitStrategy {
 	e := c.e
 	switch {
 	case e.target.Kind == Unlimited || s.opt.ShadowMode:
@@ -331,7 +329,7 @@ func (s *Service) strategy(c *consumer) *typev3.RateLimitStrategy {
 	case e.share == nil || !c.part.set:
 		return Blanket(false)
 	}
-	return c.ramped(Strategy(c.part.cur, e.share.fill))
+	return c.paced(Strategy(c.part.cur, e.share.fill), now)
 }
 
 // sentPart is the part c's last assignment lets its Envoy admit.
@@ -376,7 +374,7 @@ func (s *Service) flush(now int64) {
 			if st.consumers[c.e] != c {
 				continue // abandoned meanwhile
 			}
-			strat := s.strategy(c)
+			strat := s.strategy(c, now)
 			c.noteSent(strat, now)
 			out = append(out, action(c.e.id, strat, s.ttl))
 		}

@@ -7,74 +7,86 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
-// Envoy builds a new limiter, full, for a token bucket that follows no token
-// bucket: a bucket's first assignment, or one after a blanket rule, after an
-// expiry, or on a new stream (GC:267-270 in the research notes). Its
-// max_tokens is admitted at once on top of the rate, each time. A
-// replacement of a limiter keeps its fill fraction instead, and under load
-// that fraction is low. So an assignment that may build a new limiter
-// carries rampStart tokens of burst, and the burst doubles every rampStep,
-// each time as a replacement, until it is the part's: a fresh limiter adds
-// at most rampStart tokens, and each doubling at most what the load left in
-// the smaller bucket. (One step from one token to the whole burst would not
-// do: a one-token bucket refills between requests, and its full fraction
-// would give the whole new burst at once.)
+// What Envoy's limiter does with a new max_tokens (the research notes,
+// GC:246-273): a token bucket that follows no token bucket (a bucket's
+// first assignment, or one after a blanket rule, an expiry, or on a new
+// stream) builds a new limiter, full; a changed one keeps the old limiter's
+// fill fraction. Either way, tokens can appear that no refill made: a new
+// limiter's whole max_tokens, and, when max_tokens grows on a limiter that is
+// not empty (an idle one is full), the grow times its fill fraction. A burst
+// that moves from a drained limiter to an idle one would be admitted twice.
+//
+// So a new limiter starts with rampStart tokens of burst, and max_tokens
+// grows by one step at a time, burstStep apart at the least: burstGrowth of
+// its part's rate over burstStep, and at least one token (the time since the
+// last step gives no credit: credit kept while idle would be a full bucket
+// again). Tokens then appear from grows at most burstGrowth as fast as the
+// rate refills them, or a token a step for a part under 20 a second: over a
+// window of the rule, that much on top of its cap. Shrinks are at once; the
+// rate is the part's from the first assignment.
 const (
-	rampStart = 1
-	rampStep  = 250 * time.Millisecond
+	rampStart   = 1
+	burstGrowth = 0.05
+	burstStep   = time.Second
 )
 
 // holdsBucket reports whether c's Envoy was last sent a token bucket, which
 // a new one replaces rather than starting a new, full limiter.
 func (c *consumer) holdsBucket() bool { return c.hasSent && c.sent.blanket == 0 }
 
-// ramped is strat with c's ramp applied to its burst.
-func (c *consumer) ramped(strat *typev3.RateLimitStrategy) *typev3.RateLimitStrategy {
+// paced is strat with its max_tokens held to what may be sent at now: at
+// most rampStart for a new limiter, the last sent plus one step for a grow,
+// at once for a shrink.
+func (c *consumer) paced(strat *typev3.RateLimitStrategy, now int64) *typev3.RateLimitStrategy {
 	tb := strat.GetTokenBucket()
+	if tb == nil {
+		return strat
+	}
+	full, sent := tb.GetMaxTokens(), c.sent.maxTokens
 	switch {
-	case tb == nil:
 	case !c.holdsBucket():
-		tb.MaxTokens = min(tb.MaxTokens, rampStart)
-	case c.ramp > 0:
-		tb.MaxTokens = min(tb.MaxTokens, c.ramp)
+		tb.MaxTokens = min(full, rampStart)
+	case full <= sent:
+	case now-c.maxAt < int64(burstStep):
+		tb.MaxTokens = sent
+	default:
+		rate := float64(tb.GetTokensPerFill().GetValue()) / float64(max(tb.GetFillInterval().GetSeconds(), 1))
+		// One step's growth, however long since the last: credit kept
+		// while idle would be a full bucket again.
+		grown := float64(sent) + math.Max(1, math.Floor(burstGrowth*rate*burstStep.Seconds()))
+		tb.MaxTokens = uint32(min(float64(full), grown))
 	}
 	return strat
 }
 
-// noteSent records strat as sent to c; a token bucket after none starts a
-// ramp.
+// noteSent records strat as sent to c at now, and when its max_tokens last
+// changed.
 func (c *consumer) noteSent(strat *typev3.RateLimitStrategy, now int64) {
-	if strat.GetTokenBucket() != nil && !c.holdsBucket() {
-		c.ramp, c.rampAt = rampStart, now
+	if tb := strat.GetTokenBucket(); tb != nil && (!c.holdsBucket() || tb.GetMaxTokens() != c.sent.maxTokens) {
+		c.maxAt = now
 	}
 	c.sent, c.hasSent = encode(strat), true
 }
 
-// stepRamp doubles c's burst cap once a step has passed since the last, and
-// ends the ramp once the cap reaches full, the part's own burst. It reports
-// whether c is still ramping.
-func (c *consumer) stepRamp(full uint32, now int64) bool {
-	if c.ramp == 0 {
-		return false
-	}
-	if now-c.rampAt >= int64(rampStep) {
-		c.ramp = uint32(min(2*uint64(c.ramp), math.MaxUint32))
-		c.rampAt = now
-	}
-	if c.ramp >= full {
-		c.ramp = 0
-	}
-	return c.ramp > 0
+// pacing reports whether c's burst has yet to grow to full, its part's:
+// its share is divided again at the next tick.
+func (c *consumer) pacing(full uint32) bool {
+	return c.holdsBucket() && full > c.sent.maxTokens
 }
 
-// admitsCap is p cut to the rate an Envoy reported admitting, its burst in
-// proportion: while StartHold runs, the Envoy may still enforce an
-// assignment of a previous process, and this one gives it no more than it
-// was admitting until every Envoy has reported.
-func admitsCap(p Part, admits float64) Part {
-	if !(admits < p.Rate) {
+// startCap is p while StartHold runs, after a start: the node's Envoys may
+// still enforce the previous process's assignments, unknown here, until each
+// has reported. A bucket its Envoy had before (c.inherited) gets at most the
+// rate it reported admitting, less the most burst it could have spent in the
+// period (the share's, shareBurst), its burst in proportion; a new bucket
+// gets nothing yet, since the Envoys yet to report may hold all of the share.
+func startCap(p Part, c *consumer, shareBurst float64) Part {
+	if !c.inherited || !(c.period > 0) || !(p.Rate > 0) {
+		return Part{}
+	}
+	admits := max(0, c.admits-shareBurst/c.period)
+	if admits >= p.Rate {
 		return p
 	}
-	admits = max(admits, 0)
 	return Part{admits, p.Burst * admits / p.Rate}
 }

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// maxTokens is the max_tokens of r's assignment for tenant a, 0 for none.
-func maxTokensOf(t *testing.T, f *fixture, st *client) uint32 {
+// maxTokensOf is the max_tokens of the next assignment for tenant a on st,
+// 0 for a blanket rule.
+func maxTokensOf(t *testing.T, st *client) uint32 {
 	t.Helper()
 	r, err := recvWithin(t, st, 5*time.Second)
 	if err != nil {
@@ -16,10 +17,11 @@ func maxTokensOf(t *testing.T, f *fixture, st *client) uint32 {
 }
 
 // Envoy builds a new limiter, full, for a token bucket that follows no
-// token bucket, so such an assignment carries rampStart tokens of burst,
-// and the burst doubles every rampStep, as replacements, up to the part's.
-// A DENY_ALL in between starts the ramp again.
-func TestFreshLimiterBurstRamps(t *testing.T) {
+// token bucket, so such an assignment carries rampStart tokens of burst; a
+// grow of max_tokens adds at most burstGrowth of the rate a second since it
+// last changed, in steps at least burstStep apart; a shrink is at once. A
+// DENY_ALL in between starts again from rampStart.
+func TestBurstGrowsPaced(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(o *Options) { o.Hold = 0 })
 	f.eng.limit("edge", "tenant=a", 1, 100, 100, 1)
@@ -29,40 +31,48 @@ func TestFreshLimiterBurstRamps(t *testing.T) {
 	if tb == nil || tb.GetMaxTokens() != rampStart || envoyRate(first) < 99 {
 		t.Fatalf("first assignment %v, want max_tokens %d at the full rate", first, rampStart)
 	}
-	// Before a step has passed, nothing is pushed.
-	f.clock.advance(rampStep / 2)
+	// 99/s, 5% of it a second: 4.95 tokens a second, a step a second.
+	f.clock.advance(burstStep / 2)
+	f.svc.Tick()
 	f.svc.Tick()
 	if r, err := recvWithin(t, st, 200*time.Millisecond); err == nil {
-		t.Fatalf("pushed before a ramp step: %v", r)
+		t.Fatalf("pushed before a step: %v", r)
 	}
 	want := uint32(rampStart)
+	f.clock.advance(burstStep / 2)
 	for want < 99 {
-		want = min(2*want, 99)
-		f.clock.advance(rampStep)
 		f.svc.Tick() // divides, and marks the share for the next tick
 		f.svc.Tick()
-		if got := maxTokensOf(t, f, st); got != want {
-			t.Fatalf("ramp: max_tokens %d, want %d", got, want)
+		want = min(want+4, 99) // ⌊4.95 × 1 s⌋
+		if got := maxTokensOf(t, st); got != want {
+			t.Fatalf("max_tokens %d, want %d", got, want)
 		}
+		f.clock.advance(burstStep)
 	}
-	f.clock.advance(10 * rampStep)
 	f.svc.Tick()
 	f.svc.Tick()
 	if r, err := recvWithin(t, st, 200*time.Millisecond); err == nil {
-		t.Fatalf("pushed after the ramp ended: %v", r)
+		t.Fatalf("pushed once the burst was the part's: %v", r)
 	}
 
+	// A shrink is at once.
+	f.eng.weight(0.5)
+	f.svc.Reshare()
+	f.svc.Tick()
+	if got := maxTokensOf(t, st); got != 49 {
+		t.Fatalf("the share halved: max_tokens %d, want 49 at once", got)
+	}
 	// A DENY_ALL in between: the next token bucket is a new limiter again.
 	f.eng.weight(0)
 	f.svc.Reshare()
 	f.svc.Tick()
-	if got := maxTokensOf(t, f, st); got != 0 {
+	if got := maxTokensOf(t, st); got != 0 {
 		t.Fatalf("share 0: max_tokens %d, want DENY_ALL", got)
 	}
 	f.eng.weight(1)
 	f.svc.Reshare()
 	f.svc.Tick()
-	if got := maxTokensOf(t, f, st); got != rampStart {
+	if got := maxTokensOf(t, st); got != rampStart {
 		t.Fatalf("token bucket after DENY_ALL: max_tokens %d, want %d", got, rampStart)
 	}
 }

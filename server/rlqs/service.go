@@ -50,14 +50,14 @@ type Options struct {
 	// Hold is how long a grow of an assignment waits (the daemon gives 200 ms:
 	// the share's own grows have waited already, before the weight moved).
 	Hold time.Duration
-	// StartHold: for this long after New, the part of a stream whose first
-	// report of a bucket had a period behind it (a bucket its Envoy had
-	// before the stream) is at most the rate its Envoy reported admitting.
-	// After a restart the node's Envoys still enforce the previous
-	// process's assignments, which this one does not know, until each has
-	// reported here: within Envoy's 5 s report interval. A new bucket's
-	// first report has none (time_elapsed 0), and its part is not cut. 0
-	// leaves parts uncapped from the start.
+	// StartHold: for this long after New, a stream's part of a bucket its
+	// Envoy had before the stream (its first report covered a period) is at
+	// most the rate its Envoy reported admitting, less the share's burst
+	// over that period, and a new bucket gets DENY_ALL (startCap). After a
+	// restart the node's Envoys still enforce the previous process's
+	// assignments, which this one does not know, until each has reported
+	// here: within Envoy's 5 s report interval. 0 leaves parts uncapped
+	// from the start.
 	StartHold time.Duration
 	// MaxBuckets caps the distinct bucket ids held; past it, new ids are
 	// denied, unstored (--max-buckets).

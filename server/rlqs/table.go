@@ -73,6 +73,7 @@ type consumer struct {
 	// admits is the rate the Envoy reported admitting; owed is what the
 	// meter flow has yet to count, offered and admitted (meter.go).
 	admits  float64
+	period  float64 // seconds the last report covered
 	owed    [2]float64
 	metered bool
 	// meterUntil: once c is dropped, its demand stays metered until then,
@@ -83,11 +84,8 @@ type consumer struct {
 	part       held
 	sent       encoded
 	hasSent    bool
-	// ramp is the burst c's assignment may carry while its Envoy's limiter
-	// is new, 0 once it is the part's own; rampAt is when it last grew
-	// (ramp.go).
-	ramp   uint32
-	rampAt int64
+	// maxAt is when the max_tokens sent last changed (ramp.go).
+	maxAt int64
 	// inherited: its first report had a period behind it (StartHold).
 	inherited bool
 	queued    bool // an action for it waits in st.out
@@ -333,6 +331,7 @@ func (c *consumer) record(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
 	if elapsed > 0 {
 		c.demand, c.known = min(n/elapsed, maxReportedRate), true
 		c.admits = min(float64(u.GetNumRequestsAllowed())/elapsed, c.demand)
+		c.period = elapsed
 	}
 	c.reported = now
 	if n > 0 {
