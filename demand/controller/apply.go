@@ -162,13 +162,26 @@ func (c *Controller) apply(now time.Time) {
 		}
 		want := c.target(r, now)
 		c.shares[r.Identity] = want
-		c.aim(r.Group, want, now, mono)
+		c.aim(r.Group, want, now, mono, c.delayFor(c.usable(r, now) != nil))
 	}
 }
 
+// delayFor is how long a grow waits: growDelay under usable parameters;
+// without them (stale, or none, so the equal share stands), with a hold, at
+// least the hold. Parameters go stale when the leader has died with its
+// node still passing, and nobody can take the lead until its session
+// expires; its Envoys may enforce its share for the hold after its last
+// answer, and the equal shares the others grow to would not leave it.
+func (c *Controller) delayFor(usable bool) time.Duration {
+	if usable {
+		return c.growDelay()
+	}
+	return max(c.growDelay(), c.set.Hold)
+}
+
 // aim moves group g's weight towards want: a smaller one at once, a larger
-// one once it has waited growDelay. Called with mu held.
-func (c *Controller) aim(g int, want float64, now time.Time, mono int64) {
+// one once it has waited delay. Called with mu held.
+func (c *Controller) aim(g int, want float64, now time.Time, mono int64, delay time.Duration) {
 	cur := c.eng.Weight(g)
 	if want <= cur {
 		delete(c.grows, g)
@@ -181,7 +194,7 @@ func (c *Controller) aim(g int, want float64, now time.Time, mono int64) {
 	// applies at its time.
 	steps := c.grows[g]
 	if n := len(steps); n == 0 || want > steps[n-1].w {
-		steps = append(steps, grow{w: want, at: now.Add(c.growDelay())})
+		steps = append(steps, grow{w: want, at: now.Add(delay)})
 	}
 	// Grows asked for more than want now are capped at it.
 	apply := cur
@@ -221,7 +234,7 @@ func (c *Controller) applyValues(r Rule, now time.Time, mono int64) {
 				want = c.valueTarget(rp, vp, equal, now)
 			}
 		}
-		c.aim(hv.Group, want, now, mono)
+		c.aim(hv.Group, want, now, mono, c.delayFor(rp != nil))
 	}
 }
 

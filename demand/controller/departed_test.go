@@ -174,3 +174,48 @@ func TestRestartedReplicaAdoptsItsReport(t *testing.T) {
 		})
 	}
 }
+
+// When the parameters go stale (the leader died and its node still passes,
+// so nobody takes the lead before its session expires), every replica
+// falls back to its equal share. With a hold, a replica below its equal
+// share grows to it only once the hold has passed as well: the dead
+// leader's Envoys may enforce its share that long after its last answer.
+func TestStaleParamsGrowWaitsTheHold(t *testing.T) {
+	for _, hold := range []time.Duration{15 * time.Second, 0} {
+		t.Run(hold.String(), func(t *testing.T) {
+			cl := newCluster(t, 4)
+			for _, r := range cl.reps {
+				r.c.set.Hold = hold
+			}
+			cl.run(3*time.Second, 10, 1000, 10, 10)
+			cl.deliver(cl.reps[0].params(t, cl.kv))
+			cl.settle(cl.reps[0].c.growDelay())
+			small := cl.reps[0]
+			was := small.weight(shared)
+			if was >= 0.25 {
+				t.Fatalf("n1 has %.4f of L, want less than its equal share", was)
+			}
+			stale := small.c.staleAfter()
+			// No parameters come any more; n1 meters on.
+			step := func(d time.Duration) {
+				for range int(d / tickEvery) {
+					cl.clock.Advance(tickEvery)
+					small.eng.meter(shared, 0, 1, 1)
+					small.c.tick(context.Background())
+				}
+			}
+			step(stale + small.c.growDelay() + time.Second)
+			got := small.weight(shared)
+			switch {
+			case hold > 0 && got > was+1e-9:
+				t.Fatalf("%v after the last parameters, n1 grew from %.4f to %.4f before the hold", stale+small.c.growDelay()+time.Second, was, got)
+			case hold == 0 && got < 0.25-1e-9:
+				t.Fatalf("without a hold, n1 has %.4f once the parameters are stale, want its equal share", got)
+			}
+			step(hold)
+			if got := small.weight(shared); got < 0.25-1e-9 {
+				t.Fatalf("after the hold too, n1 has %.4f, want its equal share", got)
+			}
+		})
+	}
+}

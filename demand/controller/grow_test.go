@@ -37,7 +37,7 @@ func TestAim(t *testing.T) {
 	} {
 		now := start.Add(s.at)
 		c.mu.Lock()
-		c.aim(g, s.want, now, int64(s.at))
+		c.aim(g, s.want, now, int64(s.at), c.growDelay())
 		c.mu.Unlock()
 		if w := eng.Weight(g); w != s.weight {
 			t.Errorf("step %d, at %v asking %v: weight %v, want %v", i, s.at, s.want, w, s.weight)
