@@ -101,11 +101,14 @@ func ExplainBucket(out io.Writer, set *Set, domain string, id map[string]string,
 		fmt.Fprintf(out, "  RLQS: DENY_ALL: the rule has no rate_limit, and a bucket without a limit is never unlimited by accident\n")
 	case l.unlimited:
 		fmt.Fprintf(out, "  RLQS: ALLOW_ALL: the rule says unlimited\n")
+	case r.shadowMode:
+		explainLimit(out, "the bucket", r, entries, w)
+		fmt.Fprintf(out, "  RLQS: ALLOW_ALL: the rule is in shadow_mode, so its limit is counted over RLS, not enforced\n")
 	case l.params.Blocked():
 		fmt.Fprintf(out, "  RLQS: DENY_ALL: requests_per_unit 0 admits nothing\n")
 	default:
 		explainLimit(out, "the bucket", r, entries, w)
-		fmt.Fprintf(out, "  RLQS: a token bucket: this replica's share above, divided among the Envoy streams reporting the bucket and this replica's RLS draws on it, by their demand\n")
+		fmt.Fprintf(out, "  RLQS: a token bucket: this replica's share above, divided among the Envoy streams reporting the bucket and this replica's RLS draws on it, by their demand (DENY_ALL while a stream's part is under one token; ALLOW_ALL under the global --shadow-mode)\n")
 	}
 }
 

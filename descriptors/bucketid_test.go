@@ -178,6 +178,7 @@ func TestExplainBucket(t *testing.T) {
 		{"no rule", "rlqs", id("user=bob"), "result: DENY_ALL"},
 		{"no limit", "rlqs", id("nolimit=x"), "RLQS: DENY_ALL: the rule has no rate_limit"},
 		{"unlimited", "rlqs", id("free=1"), "RLQS: ALLOW_ALL"},
+		{"shadow mode", "rlqs", id("shadow=x"), "RLQS: ALLOW_ALL: the rule is in shadow_mode"},
 		{"unknown domain", "nope", id("a=b"), "RLQS answers DENY_ALL"},
 	}
 	for _, tc := range cases {
