@@ -134,7 +134,8 @@ type Config struct {
 	// It acts only for a client that opens a stream, and hands out parts of
 	// the same share RLS enforces, so it is on by default.
 	RLQS bool
-	// RLQSTTL is every RLQS assignment's time to live (whole seconds).
+	// RLQSTTL is every RLQS assignment's time to live (whole seconds, at
+	// least MinRLQSTTL).
 	RLQSTTL time.Duration
 	// RLQSAbandonAfter: a bucket an Envoy reports idle this long is
 	// abandoned (Envoy never drops a bucket itself).
@@ -209,3 +210,10 @@ const (
 // DefaultLocalHTTPAddr is --local-http-addr when --http-addr is beyond
 // loopback and nothing names it: beside upstream's 8080 and 8081.
 const DefaultLocalHTTPAddr = "127.0.0.1:8082"
+
+// MinRLQSTTL is the shortest --rlqs-ttl: Envoy reports every 5 s whatever it
+// is told, and only the answer to a report renews an assignment, so a TTL
+// of 5 s or less lets assignments expire between answers (Envoy then falls
+// back, and builds each renewed limiter new, full). Two report intervals
+// leave one answer's worth of slack.
+const MinRLQSTTL = 10 * time.Second

@@ -378,8 +378,8 @@ func sameHost(a, b string) bool {
 // seconds (under 1s expires at once) and reports every 5s, so a bucket must
 // stay at least two reports before it counts as idle.
 func (c *Config) validateRLQS(bad badFunc) {
-	if c.RLQSTTL < time.Second || c.RLQSTTL > time.Hour || c.RLQSTTL%time.Second != 0 {
-		bad("rlqs-ttl", "must be whole seconds between 1s and 1h, got %s", c.RLQSTTL)
+	if c.RLQSTTL < MinRLQSTTL || c.RLQSTTL > time.Hour || c.RLQSTTL%time.Second != 0 {
+		bad("rlqs-ttl", "must be whole seconds between %s and 1h (Envoy reports every 5s, and only the answer to a report renews an assignment), got %s", MinRLQSTTL, c.RLQSTTL)
 	}
 	if c.RLQSAbandonAfter < 10*time.Second || c.RLQSAbandonAfter > 24*time.Hour {
 		bad("rlqs-abandon-after", "must be between 10s and 24h, got %s", c.RLQSAbandonAfter)

@@ -333,6 +333,9 @@ func (d *Daemon) serveGRPC(ctx context.Context) error {
 			return nil // the stop closes the listener
 		}
 	}
+	if d.rlqs != nil {
+		d.rlqs.Serving() // Envoys can report from now on: the start hold runs from here
+	}
 	// A stop that begins before Serve does (a signal right after start)
 	// makes Serve return ErrServerStopped: that is a clean end too.
 	if err := d.grpc.Serve(d.grpcLis); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {

@@ -220,7 +220,7 @@ func (s *Service) divide(sh *share, now int64) {
 	for i, c := range cs {
 		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
-		if c.pacing(clampUint32(c.part.cur.Burst)) { // Strategy's max_tokens
+		if c.pacing(clampUint32(c.part.cur.Burst), now, s.ttl) { // Strategy's max_tokens
 			s.ramping = append(s.ramping, sh)
 		}
 		if !c.hasSent || encode(s.strategy(c, now)) != c.sent {
@@ -234,6 +234,10 @@ func (s *Service) divide(sh *share, now int64) {
 		w = min(sh.rls.cur.Rate/t.Rate, sh.rls.cur.Burst/t.Burst)
 	} else if t.Rate > 0 {
 		w = sh.rls.cur.Rate / t.Rate
+	}
+	w, growing := sh.leaseWeight(w, sh.rls.cur.Rate, t.Burst, now)
+	if growing {
+		s.ramping = append(s.ramping, sh)
 	}
 	sh.lease.Set(w, now)
 }
@@ -329,7 +333,7 @@ func (s *Service) strategy(c *consumer, now int64) *typev3.RateLimitStrategy {
 	case e.share == nil || !c.part.set:
 		return Blanket(false)
 	}
-	return c.paced(Strategy(c.part.cur, e.share.fill), now)
+	return c.paced(Strategy(c.part.cur, e.share.fill), now, s.ttl)
 }
 
 // sentPart is the part c's last assignment lets its Envoy admit.
@@ -375,7 +379,7 @@ func (s *Service) flush(now int64) {
 				continue // abandoned meanwhile
 			}
 			strat := s.strategy(c, now)
-			c.noteSent(strat, now)
+			c.noteSent(strat, now, s.ttl)
 			out = append(out, action(c.e.id, strat, s.ttl))
 		}
 		st.out, st.pending = nil, nil

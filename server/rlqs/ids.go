@@ -1,9 +1,10 @@
 package rlqs
 
 // DefaultMaxIDBytes bounds the bucket ids held, by the bytes of their keys
-// and values together, whatever their number: --max-buckets ids of
-// MaxIDBytes each would hold gigabytes. Each id is stored twice (its key
-// and its map), so the heap they take is a little over twice this.
+// (the domain with the id's keys and values), whatever their number:
+// --max-buckets ids of MaxIDBytes each would hold gigabytes. Each id is
+// stored twice (its key and its map), so the heap they take is a little
+// over twice this.
 const DefaultMaxIDBytes = 64 << 20
 
 // entry finds or creates (domain, id); nil when MaxBuckets ids, or
@@ -13,7 +14,7 @@ func (s *Service) entry(domain string, id map[string]string, now int64) *idEntry
 	if e := s.ids[k]; e != nil {
 		return e
 	}
-	size := idSize(id)
+	size := len(k) // the domain and the id, as the table holds its key
 	if len(s.ids) >= s.opt.MaxBuckets || s.idBytes+size > s.opt.MaxIDBytes {
 		if !s.overflowed {
 			s.overflowed = true
@@ -27,15 +28,6 @@ func (s *Service) entry(domain string, id map[string]string, now int64) *idEntry
 	s.idBytes += size
 	s.bind(e, s.opt.Engine.Resolve(domain, e.id), now)
 	return e
-}
-
-// idSize is the bytes of id's keys and values.
-func idSize(id map[string]string) int {
-	n := 0
-	for k, v := range id {
-		n += len(k) + len(v)
-	}
-	return n
 }
 
 func cloneID(id map[string]string) map[string]string {

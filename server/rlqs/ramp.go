@@ -30,21 +30,25 @@ const (
 	burstStep   = time.Second
 )
 
-// holdsBucket reports whether c's Envoy was last sent a token bucket, which
-// a new one replaces rather than starting a new, full limiter.
-func (c *consumer) holdsBucket() bool { return c.hasSent && c.sent.blanket == 0 }
+// holdsBucket reports whether c's Envoy holds the token bucket it was last
+// sent, which a new one replaces rather than starting a new, full limiter:
+// not once ttl has passed since it was sent (its Envoy may have let it
+// expire).
+func (c *consumer) holdsBucket(now, ttl int64) bool {
+	return c.hasSent && c.sent.blanket == 0 && now-c.sentAt < ttl
+}
 
 // paced is strat with its max_tokens held to what may be sent at now: at
 // most rampStart for a new limiter, the last sent plus one step for a grow,
 // at once for a shrink.
-func (c *consumer) paced(strat *typev3.RateLimitStrategy, now int64) *typev3.RateLimitStrategy {
+func (c *consumer) paced(strat *typev3.RateLimitStrategy, now, ttl int64) *typev3.RateLimitStrategy {
 	tb := strat.GetTokenBucket()
 	if tb == nil {
 		return strat
 	}
 	full, sent := tb.GetMaxTokens(), c.sent.maxTokens
 	switch {
-	case !c.holdsBucket():
+	case !c.holdsBucket(now, ttl):
 		tb.MaxTokens = min(full, rampStart)
 	case full <= sent:
 	case now-c.maxAt < int64(burstStep):
@@ -61,17 +65,36 @@ func (c *consumer) paced(strat *typev3.RateLimitStrategy, now int64) *typev3.Rat
 
 // noteSent records strat as sent to c at now, and when its max_tokens last
 // changed.
-func (c *consumer) noteSent(strat *typev3.RateLimitStrategy, now int64) {
-	if tb := strat.GetTokenBucket(); tb != nil && (!c.holdsBucket() || tb.GetMaxTokens() != c.sent.maxTokens) {
+func (c *consumer) noteSent(strat *typev3.RateLimitStrategy, now, ttl int64) {
+	if tb := strat.GetTokenBucket(); tb != nil && (!c.holdsBucket(now, ttl) || tb.GetMaxTokens() != c.sent.maxTokens) {
 		c.maxAt = now
 	}
-	c.sent, c.hasSent = encode(strat), true
+	c.sent, c.hasSent, c.sentAt = encode(strat), true, now
 }
 
 // pacing reports whether c's burst has yet to grow to full, its part's:
 // its share is divided again at the next tick.
-func (c *consumer) pacing(full uint32) bool {
-	return c.holdsBucket() && full > c.sent.maxTokens
+func (c *consumer) pacing(full uint32, now, ttl int64) bool {
+	return c.holdsBucket(now, ttl) && full > c.sent.maxTokens
+}
+
+// leaseWeight is the weight RLS's lease may take at now, toward want: a
+// shrink at once; a grow, as an Envoy's burst, by one step at least
+// burstStep after the last change (burstGrowth of its part's rate over the
+// step, at least one token, as a part of burst), since the engine's bucket
+// keeps its fill fraction when its weight grows, and an idle one would take
+// the grow whole. It reports whether a grow is still to come.
+func (sh *share) leaseWeight(want, rate, burst float64, now int64) (float64, bool) {
+	switch {
+	case want <= sh.leaseW || !(burst > 0):
+		sh.leaseW, sh.leaseAt = want, now
+		return want, false
+	case now-sh.leaseAt < int64(burstStep):
+		return sh.leaseW, true
+	}
+	step := max(1, math.Floor(burstGrowth*rate*burstStep.Seconds())) / burst
+	sh.leaseW, sh.leaseAt = min(want, sh.leaseW+step), now
+	return sh.leaseW, sh.leaseW < want
 }
 
 // startCap is p while StartHold runs, after a start: the node's Envoys may

@@ -166,6 +166,15 @@ func New(opt Options) (*Service, error) {
 		startedAt: opt.Clock()}, nil
 }
 
+// Serving starts StartHold afresh, now: the daemon calls it when its gRPC
+// listener starts serving, which can be long after New (it first waits for
+// its first xDS config), and Envoys can report only from then on.
+func (s *Service) Serving() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.startedAt = s.opt.Clock()
+}
+
 func cmpOr[T int | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def

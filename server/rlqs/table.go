@@ -62,6 +62,10 @@ type share struct {
 	// assigned is the sum of the parts given at the last division,
 	// reservations included; budget is the share then.
 	assigned, budget Part
+	// leaseW is the lease's weight as last set, leaseAt when it last
+	// changed (leaseWeight).
+	leaseW  float64
+	leaseAt int64
 }
 
 // consumer is one stream's use of one bucket id.
@@ -84,8 +88,9 @@ type consumer struct {
 	part       held
 	sent       encoded
 	hasSent    bool
-	// maxAt is when the max_tokens sent last changed (ramp.go).
-	maxAt int64
+	// maxAt is when the max_tokens sent last changed, sentAt when the last
+	// assignment was sent (ramp.go).
+	maxAt, sentAt int64
 	// inherited: its first report had a period behind it (StartHold).
 	inherited bool
 	queued    bool // an action for it waits in st.out
@@ -373,7 +378,7 @@ func (s *Service) bind(e *idEntry, t Target, now int64) bool {
 			return false
 		}
 		sh = &share{key: k, target: t, fill: fillSeconds(t.Rate, t.WindowSeconds), lease: lease,
-			entries: map[*idEntry]struct{}{}, at: now}
+			entries: map[*idEntry]struct{}{}, at: now, leaseW: t.Weight, leaseAt: now}
 		sh.offered, _ = lease.Counts()
 		// RLS had the whole share until now: its part starts there.
 		sh.rls = held{cur: Part{t.Rate * t.Weight, t.Burst * t.Weight}, set: true}
