@@ -32,11 +32,11 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.workers, "rls-workers", 0, "CPU phases: the load generator's workers, the most RLS calls in flight; 0: loadgen's default for the rate")
 	fs.IntVar(&s.limit, "limit", 100_000, "CPU phases: the rule's limit, requests a second")
 	fs.Float64Var(&s.offered, "offered", 115_000, "CPU phases: requests a second offered in all, over the limit so that it binds")
-	fs.DurationVar(&s.warmup, "warmup", 15*time.Second, "CPU phases: load before the window")
+	fs.DurationVar(&s.warmup, "warmup", 30*time.Second, "CPU phases: load before the window; an RLQS burst grows to full in about 22 s")
 	fs.DurationVar(&s.window, "window", 20*time.Second, "CPU phases: the measured window")
 	fs.IntVar(&s.rounds, "rounds", 2, "CPU phases: rounds of RLS then RLQS (1-10)")
 	fs.IntVar(&s.accLimit, "acc-limit", 300, "accuracy phase: the limit L, requests a second; 2L is offered, 80% on one Envoy")
-	fs.DurationVar(&s.settle, "settle", 25*time.Second, "accuracy phase: load before the counted slots")
+	fs.DurationVar(&s.settle, "settle", 30*time.Second, "accuracy phase: load before the counted slots; the heavy Envoy's RLQS burst grows to full in about 25 s")
 	fs.DurationVar(&s.accWindow, "acc-window", 25*time.Second, "accuracy phase: the counted slots")
 }
 
