@@ -12,7 +12,7 @@ func FromEngine(e *engine.Engine) Engine { return engineAdapter{e} }
 
 type engineAdapter struct{ e *engine.Engine }
 
-var _ Lease = (*engine.Lease)(nil)
+var _ Lease = leased{}
 
 // Resolve maps the engine's BucketShare to a Target. A shadow-mode rule is
 // Unlimited: RLS answers it OK whatever its bucket says.
@@ -42,12 +42,25 @@ func (a engineAdapter) Lease(t Target, now int64) (Lease, error) {
 	if !ok {
 		return nil, errors.New("rlqs: lease: the target was not resolved by the engine")
 	}
+	// Whether RLS has drawn on the key lately: its bucket is in the store
+	// (full ones are swept). Only its existence is read.
+	_, drawn := a.e.Store().Peek(s.Key, a.e.Weight(), now)
 	l, err := a.e.Lease(s.Rule, s.Key, s.Weight, now)
 	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	return leased{l, drawn}, nil
 }
+
+// leased is an engine lease that also says whether RLS had drawn on the key
+// before it (drawnBefore): the key's first Envoy limiter then does not start
+// full, since the bucket it shares may be drained.
+type leased struct {
+	*engine.Lease
+	drawn bool
+}
+
+func (l leased) DrawnBefore() bool { return l.drawn }
 
 // Reported counts what an Envoy enforced itself in demand sharing's meters.
 func (a engineAdapter) Reported(t Target, offered, admitted uint64) {

@@ -94,3 +94,31 @@ func TestAdapterLeaseBoundsRLS(t *testing.T) {
 		t.Fatalf("RLS admitted %d at once beside the stream's burst %d, share 50", admitted, tb.GetMaxTokens())
 	}
 }
+
+// The first Envoy limiter of a key starts full only if RLS has not drawn on
+// it lately: through the real engine, a key RLS drained gets a ramping
+// limiter; a key nobody drew on, a full one.
+func TestFirstLimiterAfterRLSDrewRamps(t *testing.T) {
+	t.Parallel()
+	for _, drew := range []bool{true, false} {
+		e := realEngine(t)
+		f := newFixture(t, func(o *Options) { o.Engine = FromEngine(e) })
+		if drew {
+			var dec engine.Decision
+			descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
+			for range 60 { // the replica's share is 50: drained
+				if err := e.Decide(&dec, "edge", descs, 1, f.clock.now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		st, _ := f.stream()
+		got := assignment(f.exchange(st, report("edge", usage(tenantA, 1, 0, 0))), tenantA).GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens()
+		switch {
+		case drew && got != rampStart:
+			t.Errorf("after RLS drained the key: max_tokens %d, want %d", got, rampStart)
+		case !drew && got < 40:
+			t.Errorf("a key nobody drew on: max_tokens %d, want about the share's 50", got)
+		}
+	}
+}

@@ -217,7 +217,12 @@ func (s *Service) divide(sh *share, now int64) {
 		}
 	}
 	sh.budget, sh.assigned = budget, reserved
+	unused := !sh.drawn && offered == 0 && reserved == (Part{})
+	for _, c := range cs {
+		unused = unused && !c.hasSent
+	}
 	for i, c := range cs {
+		c.firstFull = unused && !c.inherited // see paced
 		c.part.step(parts[i], now, int64(s.opt.Hold))
 		sh.assigned = addPart(sh.assigned, c.part.cur)
 		if c.pacing(clampUint32(c.part.cur.Burst), now, s.ttl) { // Strategy's max_tokens

@@ -53,6 +53,13 @@ type Lease interface {
 	Release(now int64)
 }
 
+// drawnBefore reports whether RLS had drawn on l's key before the lease,
+// when l can tell (a lease that cannot is taken as never drawn on).
+func drawnBefore(l Lease) bool {
+	d, ok := l.(interface{ DrawnBefore() bool })
+	return ok && d.DrawnBefore()
+}
+
 // Engine is what the service needs from the rules engine. Safe for
 // concurrent use by its implementations' contract.
 type Engine interface {

@@ -16,7 +16,10 @@ import (
 // not empty (an idle one is full), the grow times its fill fraction. A burst
 // that moves from a drained limiter to an idle one would be admitted twice.
 //
-// So a new limiter starts with rampStart tokens of burst, and max_tokens
+// So a new limiter starts with rampStart tokens of burst (but for the first
+// limiter of a key that no other limiter, reservation or RLS draw shares, in
+// an Envoy that has just made the bucket: it starts full, as RLS's bucket
+// for a new key does, and nothing was drained to refill), and max_tokens
 // grows by one step at a time, burstStep apart at the least: burstGrowth of
 // its part's rate over burstStep, and at least one token (the time since the
 // last step gives no credit: credit kept while idle would be a full bucket
@@ -48,6 +51,10 @@ func (c *consumer) paced(strat *typev3.RateLimitStrategy, now, ttl int64) *typev
 	}
 	full, sent := tb.GetMaxTokens(), c.sent.maxTokens
 	switch {
+	case !c.hasSent && c.firstFull:
+		// The first limiter of a key nothing else holds or draws on, in
+		// an Envoy that has just made the bucket: full, as RLS's bucket
+		// for a new key is.
 	case !c.holdsBucket(now, ttl):
 		tb.MaxTokens = min(full, rampStart)
 	case full <= sent:

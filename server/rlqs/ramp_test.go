@@ -26,7 +26,9 @@ func TestBurstGrowsPaced(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.Hold = 0 })
 	f.eng.limit("edge", "tenant=a", 1, 100, 100, 1)
 	st, _ := f.stream()
-	first := assignment(f.exchange(st, report("edge", usage(tenantA, 1, 0, 0))), tenantA)
+	// A bucket its Envoy had before this stream (a reconnect): its limiter
+	// may have been drained, and whatever it holds, the new one is full.
+	first := assignment(f.exchange(st, report("edge", usage(tenantA, 1, 0, 5*time.Second))), tenantA)
 	tb := first.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
 	if tb == nil || tb.GetMaxTokens() != rampStart || envoyRate(first) < 99 {
 		t.Fatalf("first assignment %v, want max_tokens %d at the full rate", first, rampStart)
@@ -74,5 +76,23 @@ func TestBurstGrowsPaced(t *testing.T) {
 	f.svc.Tick()
 	if got := maxTokensOf(t, st); got != rampStart {
 		t.Fatalf("token bucket after DENY_ALL: max_tokens %d, want %d", got, rampStart)
+	}
+}
+
+// The first limiter of a key that nothing else holds, reserves or draws on,
+// in an Envoy that has just made the bucket (time_elapsed 0), starts full,
+// as RLS's bucket for a new key does. A second Envoy's limiter on the same
+// key ramps: the burst it gets was the first one's, which may be drained.
+func TestFirstLimiterOfAnUnusedKeyStartsFull(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.Hold = 0 })
+	f.eng.limit("edge", "tenant=a", 1, 100, 100, 1)
+	a, _ := f.stream()
+	if got := assignment(f.exchange(a, report("edge", usage(tenantA, 1, 0, 0))), tenantA).GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); got != 99 {
+		t.Fatalf("the first limiter of an unused key: max_tokens %d, want the share's 99", got)
+	}
+	b, _ := f.stream()
+	if got := assignment(f.exchange(b, report("edge", usage(tenantA, 1, 0, 0))), tenantA).GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); got != rampStart {
+		t.Fatalf("a second Envoy's limiter on the key: max_tokens %d, want %d", got, rampStart)
 	}
 }

@@ -66,6 +66,7 @@ type share struct {
 	// changed (leaseWeight).
 	leaseW  float64
 	leaseAt int64
+	drawn   bool // RLS had drawn on the key before the lease
 }
 
 // consumer is one stream's use of one bucket id.
@@ -93,6 +94,8 @@ type consumer struct {
 	maxAt, sentAt int64
 	// inherited: its first report had a period behind it (StartHold).
 	inherited bool
+	// firstFull: its first assignment may start full (ramp.go paced).
+	firstFull bool
 	queued    bool // an action for it waits in st.out
 }
 
@@ -378,7 +381,7 @@ func (s *Service) bind(e *idEntry, t Target, now int64) bool {
 			return false
 		}
 		sh = &share{key: k, target: t, fill: fillSeconds(t.Rate, t.WindowSeconds), lease: lease,
-			entries: map[*idEntry]struct{}{}, at: now, leaseW: t.Weight, leaseAt: now}
+			entries: map[*idEntry]struct{}{}, at: now, leaseW: t.Weight, leaseAt: now, drawn: drawnBefore(lease)}
 		sh.offered, _ = lease.Counts()
 		// RLS had the whole share until now: its part starts there.
 		sh.rls = held{cur: Part{t.Rate * t.Weight, t.Burst * t.Weight}, set: true}
