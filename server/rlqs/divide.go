@@ -240,10 +240,6 @@ func (s *Service) divide(sh *share, now int64) {
 	} else if t.Rate > 0 {
 		w = sh.rls.cur.Rate / t.Rate
 	}
-	w, growing := sh.leaseWeight(w, sh.rls.cur.Rate, t.Burst, now)
-	if growing {
-		s.ramping = append(s.ramping, sh)
-	}
 	sh.lease.Set(w, now)
 }
 

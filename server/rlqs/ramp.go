@@ -85,25 +85,6 @@ func (c *consumer) pacing(full uint32, now, ttl int64) bool {
 	return c.holdsBucket(now, ttl) && full > c.sent.maxTokens
 }
 
-// leaseWeight is the weight RLS's lease may take at now, toward want: a
-// shrink at once; a grow, as an Envoy's burst, by one step at least
-// burstStep after the last change (burstGrowth of its part's rate over the
-// step, at least one token, as a part of burst), since the engine's bucket
-// keeps its fill fraction when its weight grows, and an idle one would take
-// the grow whole. It reports whether a grow is still to come.
-func (sh *share) leaseWeight(want, rate, burst float64, now int64) (float64, bool) {
-	switch {
-	case want <= sh.leaseW || !(burst > 0):
-		sh.leaseW, sh.leaseAt = want, now
-		return want, false
-	case now-sh.leaseAt < int64(burstStep):
-		return sh.leaseW, true
-	}
-	step := max(1, math.Floor(burstGrowth*rate*burstStep.Seconds())) / burst
-	sh.leaseW, sh.leaseAt = min(want, sh.leaseW+step), now
-	return sh.leaseW, sh.leaseW < want
-}
-
 // startCap is p while StartHold runs, after a start: the node's Envoys may
 // still enforce the previous process's assignments, unknown here, until each
 // has reported. A bucket its Envoy had before (c.inherited) gets at most the

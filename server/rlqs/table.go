@@ -62,11 +62,7 @@ type share struct {
 	// assigned is the sum of the parts given at the last division,
 	// reservations included; budget is the share then.
 	assigned, budget Part
-	// leaseW is the lease's weight as last set, leaseAt when it last
-	// changed (leaseWeight).
-	leaseW  float64
-	leaseAt int64
-	drawn   bool // RLS had drawn on the key before the lease
+	drawn            bool // RLS had drawn on the key before the lease
 }
 
 // consumer is one stream's use of one bucket id.
@@ -381,7 +377,7 @@ func (s *Service) bind(e *idEntry, t Target, now int64) bool {
 			return false
 		}
 		sh = &share{key: k, target: t, fill: fillSeconds(t.Rate, t.WindowSeconds), lease: lease,
-			entries: map[*idEntry]struct{}{}, at: now, leaseW: t.Weight, leaseAt: now, drawn: drawnBefore(lease)}
+			entries: map[*idEntry]struct{}{}, at: now, drawn: drawnBefore(lease)}
 		sh.offered, _ = lease.Counts()
 		// RLS had the whole share until now: its part starts there.
 		sh.rls = held{cur: Part{t.Rate * t.Weight, t.Burst * t.Weight}, set: true}
