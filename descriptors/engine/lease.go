@@ -251,18 +251,32 @@ func (l *Lease) end() bool {
 }
 
 // Set changes the lease's weight to w at now (a w below MinLeaseWeight is
-// held as that, one above 1 as 1): the leased bucket keeps its fill ratio,
-// as any bucket does when its weight changes. It changes nothing once the
-// lease has ended (Active), or for a NaN.
+// held as that, one above 1 as 1). A smaller weight keeps the leased
+// bucket's fill ratio, as any bucket does when its weight changes; a larger
+// one keeps its tokens: a bucket keeps its ratio, so an idle (full) one
+// would take the whole grow at once, tokens no refill made, where RLQS
+// moves the share between RLS and Envoys back and forth. It changes nothing
+// once the lease has ended (Active), or for a NaN.
 func (l *Lease) Set(w float64, now int64) {
 	if math.IsNaN(w) {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
-		l.e.SetGroupWeight(int(l.group), leaseWeight(w), now)
+	if l.ended {
+		return
 	}
+	w = leaseWeight(w)
+	if old := l.e.weights[l.group].Load(); old != nil && w > old.W {
+		// Emptier first, at the old weight (a draw meanwhile finds fewer
+		// tokens, never more), then the weight: the same tokens.
+		k := mix(l.key, l.salt)
+		if sv, ok := l.e.store.Peek(k, old, now); ok && sv.Fill > 0 {
+			sv.Fill *= old.W / w
+			l.e.store.Restore(sv, old, now)
+		}
+	}
+	l.e.SetGroupWeight(int(l.group), w, now)
 }
 
 // leaseWeight is w held to [MinLeaseWeight, 1].

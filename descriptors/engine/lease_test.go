@@ -141,8 +141,13 @@ func TestLeaseDividesTheKeysRLSDraws(t *testing.T) {
 	if l.Set(0.2, int64(time.Second)); l.Weight() != 0.2 {
 		t.Fatalf("weight %v after Set(0.2)", l.Weight())
 	}
+	// The grow keeps the bucket's tokens, not its fill ratio: the 10
+	// refilled at 0.1 in the second before it.
+	if got := admitted(t, e, "q", desc("ip=1.2.3.4"), 100, int64(time.Second)); got != 10 {
+		t.Fatalf("at the grow to 0.2 admitted %d, want the 10 refilled at 0.1", got)
+	}
 	// A second at 0.2: 20 tokens refilled.
-	if got := admitted(t, e, "q", desc("ip=1.2.3.4"), 100, int64(time.Second)); got != 20 {
+	if got := admitted(t, e, "q", desc("ip=1.2.3.4"), 100, int64(2*time.Second)); got != 20 {
 		t.Fatalf("after a second at 0.2 admitted %d, want 20", got)
 	}
 }
