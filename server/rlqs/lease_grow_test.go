@@ -20,34 +20,9 @@ import (
 // once (its limiter, drained, stays empty) and the lease grows to most of
 // the share. Together they must stay within the share's bucket, B + R·t.
 func TestLeaseGrowKeepsTokens(t *testing.T) {
-	const rules = `domain: edge
-descriptors:
-  - key: tenant
-    rate_limit: {unit: second, requests_per_unit: 10, burst: 100}
-`
-	set, err := descriptors.Parse("rules.yaml", strings.NewReader(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &fakeClock{}
-	clock.ns.Store(int64(time.Hour))
-	svc, err := New(Options{Engine: FromEngine(e), Clock: clock.now, Hold: 200 * time.Millisecond, AbandonAfter: time.Hour, Queue: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := map[string]string{"tenant": "a"}
-	descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
-	var dec engine.Decision
-	rls := func(hits uint32) bool {
-		if err := e.Decide(&dec, "edge", descs, hits, clock.now()); err != nil {
-			t.Fatal(err)
-		}
-		return dec.Code == engine.OK
-	}
+	r := newLeaseRig(t, "unit: second, requests_per_unit: 10, burst: 100")
+	e, svc, clock, id := r.e, r.svc, r.clock, r.id
+	rls := r.rls
 	a := svc.open(func(error) {}, "a")
 	var la modelLimiter
 	svc.report(a, report("edge", usage(id, 1, 0, 0)))
@@ -91,4 +66,45 @@ descriptors:
 	if float64(admitted) > limit {
 		t.Fatalf("admitted %d in %.2f s, over the share's %.0f (100 + 10·t)", admitted, el, limit)
 	}
+}
+
+// leaseRig is a service on the real engine with one rule, tenant (limit as
+// YAML flow fields, e.g. "unit: minute, requests_per_unit: 600"), and RLS
+// draws on tenant=a through the engine, on the rig's fake clock.
+type leaseRig struct {
+	e     *engine.Engine
+	svc   *Service
+	clock *fakeClock
+	id    map[string]string
+	dec   engine.Decision
+	t     *testing.T
+}
+
+func newLeaseRig(t *testing.T, limit string) *leaseRig {
+	t.Helper()
+	set, err := descriptors.Parse("rules.yaml", strings.NewReader("domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {"+limit+"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &leaseRig{e: e, clock: &fakeClock{}, id: map[string]string{"tenant": "a"}, t: t}
+	r.clock.ns.Store(int64(time.Hour))
+	r.svc, err = New(Options{Engine: FromEngine(e), Clock: r.clock.now, Hold: 200 * time.Millisecond, AbandonAfter: time.Hour, Queue: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// rls is one RLS request for tenant=a of hits tokens, now: whether it was
+// admitted.
+func (r *leaseRig) rls(hits uint32) bool {
+	descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
+	if err := r.e.Decide(&r.dec, "edge", descs, hits, r.clock.now()); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.dec.Code == engine.OK
 }

@@ -1,15 +1,8 @@
 package rlqs
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
-	"github.com/sharelimit/sharelimit/descriptors"
-	"github.com/sharelimit/sharelimit/descriptors/bucket"
-	"github.com/sharelimit/sharelimit/descriptors/engine"
 )
 
 // An Envoy held the whole share of a per-minute key over RLQS, RLS drew
@@ -17,34 +10,9 @@ import (
 // still reports the bucket, idle). RLS now offers 20/s on a key of 10/s:
 // it should get about 10/s once the hold is over.
 func TestLeaseRegrowsAfterRLQSLeaves(t *testing.T) {
-	const rules = `domain: edge
-descriptors:
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 600}
-`
-	set, err := descriptors.Parse("rules.yaml", strings.NewReader(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &fakeClock{}
-	clock.ns.Store(int64(time.Hour))
-	svc, err := New(Options{Engine: FromEngine(e), Clock: clock.now, Hold: 200 * time.Millisecond, AbandonAfter: time.Hour, Queue: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := map[string]string{"tenant": "a"}
-	descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
-	var dec engine.Decision
-	rls := func() bool {
-		if err := e.Decide(&dec, "edge", descs, 1, clock.now()); err != nil {
-			t.Fatal(err)
-		}
-		return dec.Code == engine.OK
-	}
+	r := newLeaseRig(t, "unit: minute, requests_per_unit: 600")
+	e, svc, clock, id := r.e, r.svc, r.clock, r.id
+	rls := func() bool { return r.rls(1) }
 	a := svc.open(func(error) {}, "a")
 	var la modelLimiter
 	svc.report(a, report("edge", usage(id, 1, 0, 0)))
@@ -90,34 +58,9 @@ descriptors:
 // that saw no draw measures RLS's demand as 0, its part shrinks at once,
 // and the lease with it.
 func TestLeaseGrowsWithBurstyRLS(t *testing.T) {
-	const rules = `domain: edge
-descriptors:
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 600}
-`
-	set, err := descriptors.Parse("rules.yaml", strings.NewReader(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &fakeClock{}
-	clock.ns.Store(int64(time.Hour))
-	svc, err := New(Options{Engine: FromEngine(e), Clock: clock.now, Hold: 200 * time.Millisecond, AbandonAfter: time.Hour, Queue: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := map[string]string{"tenant": "a"}
-	descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
-	var dec engine.Decision
-	rls := func() bool {
-		if err := e.Decide(&dec, "edge", descs, 1, clock.now()); err != nil {
-			t.Fatal(err)
-		}
-		return dec.Code == engine.OK
-	}
+	r := newLeaseRig(t, "unit: minute, requests_per_unit: 600")
+	e, svc, clock, id := r.e, r.svc, r.clock, r.id
+	rls := func() bool { return r.rls(1) }
 	a := svc.open(func(error) {}, "a")
 	var la modelLimiter
 	svc.report(a, report("edge", usage(id, 0, 0, 0)))
@@ -152,37 +95,15 @@ descriptors:
 // The page's part for RLS (ID "rls") and the assigned sum should be what
 // RLS can draw: the lease's weight in force, times R.
 func TestPageShowsLeaseInForce(t *testing.T) {
-	const rules = `domain: edge
-descriptors:
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 600}
-`
-	set, err := descriptors.Parse("rules.yaml", strings.NewReader(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(set, bucket.NewStore(0), engine.Options{Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := &fakeClock{}
-	clock.ns.Store(int64(time.Hour))
-	svc, err := New(Options{Engine: FromEngine(e), Clock: clock.now, Hold: 200 * time.Millisecond, AbandonAfter: time.Hour, Queue: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := map[string]string{"tenant": "a"}
-	descs := []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}}
-	var dec engine.Decision
+	r := newLeaseRig(t, "unit: minute, requests_per_unit: 600")
+	e, svc, clock, id := r.e, r.svc, r.clock, r.id
 	a := svc.open(func(error) {}, "a")
 	var la modelLimiter
 	svc.report(a, report("edge", usage(id, 0, 0, 0)))
 	pumpInto(a, &la, clock.now())
 	for s := range 600 { // 60 s: RLS 10/s, A idle
 		clock.advance(100 * time.Millisecond)
-		if err := e.Decide(&dec, "edge", descs, 1, clock.now()); err != nil {
-			t.Fatal(err)
-		}
+		r.rls(1)
 		svc.Tick()
 		pumpInto(a, &la, clock.now())
 		if s%50 == 49 {
