@@ -10,55 +10,6 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 )
 
-// StartHold runs from New, but the daemon builds the service before it
-// serves: with --xds-server it waits for the first config before Serve
-// (daemon.serveGRPC), and Envoy X, whose report failed while no one
-// listened, reports at its next 5 s tick after Serve. Here the service is
-// built 7 s before it serves. Y's new bucket is then given the whole share
-// while X still enforces the old process's part.
-func TestStartHoldRunsFromServing(t *testing.T) {
-	eng := newFakeEngine()
-	clock := &fakeClock{}
-	clock.ns.Store(int64(time.Hour))
-	eng.limit("edge", "tenant=a", 1, 100, 100, 1)
-	id := map[string]string{"tenant": "a"}
-	opt := Options{Engine: eng, Clock: clock.now, Hold: 200 * time.Millisecond, StartHold: 6 * time.Second, AbandonAfter: time.Minute, Queue: 1 << 10}
-	oldOpt := opt
-	oldOpt.StartHold = 0
-	old, err := New(oldOpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := old.open(func(error) {}, "x")
-	var lx modelLimiter
-	old.report(x, report("edge", usage(id, 400, 0, 5*time.Second)))
-	for range 30 {
-		clock.advance(100 * time.Millisecond)
-		old.Tick()
-		pumpInto(x, &lx, clock.now())
-	}
-	clock.advance(time.Second)
-	svc, err := New(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Waiting for the xDS server's first config: New has run, Serve not.
-	clock.advance(7 * time.Second)
-	svc.Serving()
-	y := svc.open(func(error) {}, "y")
-	var ly modelLimiter
-	svc.report(y, report("edge", usage(id, 1, 0, 0)))
-	for range 20 {
-		clock.advance(100 * time.Millisecond)
-		svc.Tick()
-		pumpInto(y, &ly, clock.now())
-	}
-	t.Logf("X still enforces %.1f/s (TTL 15 s); Y, 0.0 s after serving began, is given %.1f/s", lx.rate, ly.rate)
-	if lx.rate+ly.rate > 100+1e-9 {
-		t.Fatalf("X's %.1f/s and Y's %.1f/s: %.1f/s, over the share of 100/s", lx.rate, ly.rate, lx.rate+ly.rate)
-	}
-}
-
 // ttlEnvoy is modelLimiter with Envoy's assignment time to live (whole
 // seconds, restarted by every action): on expiry the recommended
 // expired_assignment_behavior (DENY_ALL) drops the limiter, so the next

@@ -69,10 +69,18 @@ func TestStartHoldDeniesNewBuckets(t *testing.T) {
 
 // A daemon restarts (no state file). Envoy X still enforces the part the
 // old process gave it; before X's next report (up to 5 s), Envoy Y sees
-// its first request for the same id: a new bucket, time_elapsed 0, so
-// StartHold does not cut it, and Y gets the whole share. X's old part and
-// Y's new one together are over the share until X reports.
+// its first request for the same id: a new bucket, time_elapsed 0, which
+// the start hold denies. X's old part and Y's new one together must stay
+// within the share until X reports. The hold runs from Serving, not New:
+// the daemon builds the service before it serves (with --xds-server it
+// waits for the first config first), and X reports only after Serve.
 func TestStartHoldNewBucketBesideAnEnvoyYetToReport(t *testing.T) {
+	for _, serveAfter := range []time.Duration{0, 7 * time.Second} {
+		t.Run("serving "+serveAfter.String()+" after New", func(t *testing.T) { newBucketBesideOld(t, serveAfter) })
+	}
+}
+
+func newBucketBesideOld(t *testing.T, serveAfter time.Duration) {
 	eng := newFakeEngine()
 	clock := &fakeClock{}
 	clock.ns.Store(int64(time.Hour))
@@ -100,6 +108,8 @@ func TestStartHoldNewBucketBesideAnEnvoyYetToReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock.advance(serveAfter)
+	svc.Serving()
 	y := svc.open(func(error) {}, "y")
 	var ly modelLimiter
 	svc.report(y, report("edge", usage(id, 1, 0, 0)))
