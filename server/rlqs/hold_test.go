@@ -100,16 +100,7 @@ func ttlRefill(t *testing.T, ttl time.Duration) {
 		}
 		denied += 10
 	}
-	worst, at, span := 0.0, 0, 0
-	for a := 2000; a < steps; a++ { // after the burst has grown (100 s)
-		sum := 0
-		for b := a; b < steps && b < a+400; b++ {
-			sum += per[b]
-			if over := float64(sum) - (burst + rate*float64(b-a+1)*dt.Seconds()); over > worst {
-				worst, at, span = over, a, b-a+1
-			}
-		}
-	}
+	worst, at, span := worstOverBucket(per, 2000, 400, burst, rate, dt) // after the burst has grown (100 s)
 	total := 0
 	for _, k := range per[2000:] {
 		total += k
@@ -231,16 +222,7 @@ func TestTokensMoveInWholeTokens(t *testing.T) {
 			}
 		}
 	}
-	worst, at, span := 0.0, 0, 0
-	for a := 200; a < steps; a++ {
-		sum := 0
-		for b := a; b < steps && b < a+400; b++ {
-			sum += per[b]
-			if over := float64(sum) - (burst + rate*float64(b-a+1)*dt.Seconds()); over > worst {
-				worst, at, span = over, a, b-a+1
-			}
-		}
-	}
+	worst, at, span := worstOverBucket(per, 200, 400, burst, rate, dt)
 	total := 0
 	for _, k := range per[200:] {
 		total += k

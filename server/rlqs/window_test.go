@@ -68,17 +68,7 @@ func windows(t *testing.T, rng *rand.Rand) {
 			}
 		}
 	}
-	worst, at, span := 0.0, 0, 0
-	for a := 100; a < steps; a++ { // after the first reports
-		sum := 0
-		for b := a; b < steps && b < a+100; b++ {
-			sum += per[b]
-			limit := burst + rate*float64(b-a+1)*dt.Seconds()
-			if over := float64(sum) - limit; over > worst {
-				worst, at, span = over, a, b-a+1
-			}
-		}
-	}
+	worst, at, span := worstOverBucket(per, 100, 100, burst, rate, dt) // after the first reports
 	total := 0
 	for _, k := range per {
 		total += k
@@ -87,4 +77,21 @@ func windows(t *testing.T, rng *rand.Rand) {
 	if worst > 1 {
 		t.Fatalf("%.0f requests over B + R·t in %.2f s from %.2f s", worst, float64(span)*dt.Seconds(), float64(at)*dt.Seconds())
 	}
+}
+
+// worstOverBucket scans what was admitted per step of dt (per) for the
+// window, from step from on and at most span steps long, that admitted the
+// most over a key's token bucket, burst + rate·t: by how much, and its
+// first step and length in steps.
+func worstOverBucket(per []int, from, span int, burst, rate float64, dt time.Duration) (worst float64, at, steps int) {
+	for a := from; a < len(per); a++ {
+		sum := 0
+		for b := a; b < len(per) && b < a+span; b++ {
+			sum += per[b]
+			if over := float64(sum) - (burst + rate*float64(b-a+1)*dt.Seconds()); over > worst {
+				worst, at, steps = over, a, b-a+1
+			}
+		}
+	}
+	return worst, at, steps
 }
