@@ -126,12 +126,7 @@ func TestRLQSFaults(t *testing.T) {
 	cancel()
 	wg.Wait()
 
-	var s envoymodel.Slots
-	for _, node := range envoys {
-		for _, e := range node {
-			s = s.Add(e.m.Admitted())
-		}
-	}
+	s := admitted(envoys)
 	slot := func(d time.Duration) int64 { return (start + int64(d)) / int64(envoymodel.SlotWidth) }
 	t.Logf("cluster admitted by second: %v", perSecond(s.Window(slot(0), slot(run))))
 	for i, node := range envoys {
@@ -147,12 +142,7 @@ func TestRLQSFaults(t *testing.T) {
 	tb.add(fmt.Sprintf("busiest 1 s, at %v", time.Duration(at-slot(0))*envoymodel.SlotWidth), float64(most), 100*float64(most)/rlqsLimit)
 	var low []string
 	for _, f := range floors {
-		w := s.Window(slot(f.from), slot(f.to))
-		var sum uint64
-		for _, n := range w.Counts {
-			sum += n
-		}
-		avg := float64(sum) / (f.to - f.from).Seconds()
+		avg := s.Window(slot(f.from), slot(f.to)).Mean()
 		tb.add(fmt.Sprintf("%v–%v, after %s", f.from, f.to, f.after), avg, 100*avg/rlqsLimit)
 		if avg < 0.9*rlqsLimit {
 			low = append(low, fmt.Sprintf("%.1f/s from %v to %v, after %s", avg, f.from, f.to, f.after))

@@ -166,12 +166,7 @@ func TestRLQSSkewed(t *testing.T) {
 	to := (start + int64(run)) / int64(envoymodel.SlotWidth)
 	settled := s.Window(from, to)
 	most, at := settled.MaxWindow(10)
-	var sum uint64
-	for _, n := range settled.Counts {
-		sum += n
-	}
-	secs := float64(len(settled.Counts)) * envoymodel.SlotWidth.Seconds()
-	avg := float64(sum) / secs
+	avg := settled.Mean()
 	tb := newTable(fmt.Sprintf("RLQS: K=%d daemons × 2 model Envoys, L=%d/s, offered 2L, 80%% on one Envoy; from %s on", k, rlqsLimit, rlqsSettle),
 		"busiest 1 s", "at", "mean admitted/s", "% of L")
 	tb.add(float64(most), time.Duration(at-from)*envoymodel.SlotWidth+rlqsSettle, avg, 100*avg/rlqsLimit)

@@ -217,3 +217,19 @@ func TestSlotsKeepAtMostAnHour(t *testing.T) {
 		t.Errorf("after a long idle: first %d, %d slots", c.first, len(c.counts))
 	}
 }
+
+func TestSlotsMean(t *testing.T) {
+	for _, tc := range []struct {
+		s    Slots
+		want float64
+	}{
+		{Slots{}, 0},
+		{Slots{First: 7, Counts: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, 55}, // one second
+		{Slots{Counts: make([]uint64, 20)}, 0},
+		{Slots{Counts: []uint64{30, 0, 0, 0, 0}}, 60}, // half a second
+	} {
+		if got := tc.s.Mean(); got != tc.want {
+			t.Errorf("%v: mean %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}

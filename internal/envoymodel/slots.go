@@ -54,6 +54,19 @@ func (s Slots) clone() Slots {
 	return Slots{First: s.First, Counts: append([]uint64(nil), s.Counts...)}
 }
 
+// Mean is what s admitted a second on average over its whole run; 0 for an
+// empty one.
+func (s Slots) Mean() float64 {
+	if len(s.Counts) == 0 {
+		return 0
+	}
+	var sum uint64
+	for _, c := range s.Counts {
+		sum += c
+	}
+	return float64(sum) / (float64(len(s.Counts)) * SlotWidth.Seconds())
+}
+
 // MaxWindow is the most admitted in any n consecutive slots (n = 10: any
 // one-second window aligned to slots), with the first slot index of that
 // window. A run shorter than n is one window.

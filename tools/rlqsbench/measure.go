@@ -137,15 +137,7 @@ func (a accuracy) meanPct() float64    { return 100 * a.mean / a.limit }
 func accuracyOf(s envoymodel.Slots, from, to int64, limit float64) accuracy {
 	w := s.Window(from, to)
 	most, at := w.MaxWindow(int(time.Second / envoymodel.SlotWidth))
-	var sum uint64
-	for _, n := range w.Counts {
-		sum += n
-	}
-	a := accuracy{busiest: most, at: time.Duration(at-from) * envoymodel.SlotWidth, limit: limit}
-	if secs := float64(len(w.Counts)) * envoymodel.SlotWidth.Seconds(); secs > 0 {
-		a.mean = float64(sum) / secs
-	}
-	return a
+	return accuracy{busiest: most, at: time.Duration(at-from) * envoymodel.SlotWidth, mean: w.Mean(), limit: limit}
 }
 
 // slotOf is the slot of a clock reading, as the model Envoys number theirs.
