@@ -65,19 +65,19 @@ func (c *Controller) usable(r Rule, now time.Time) *demand.RuleParams {
 
 // target is this replica's weight for one demand rule with one bucket: its
 // demand share under the current parameters, or its equal share without
-// usable ones. Called with mu held.
-func (c *Controller) target(r Rule, now time.Time) float64 {
+// usable ones; and whether they were usable. Called with mu held.
+func (c *Controller) target(r Rule, now time.Time) (float64, bool) {
 	equal := c.eng.Weight(r.DomainGroup)
 	rp := c.usable(r, now)
 	if rp == nil {
-		return equal
+		return equal, false
 	}
 	return c.weigh(c.params.Rule(rp), func(rep *demand.Report) (float64, bool) {
 		if rd := rep.Find(rp.ID); rd != nil {
 			return rd.Offered, true
 		}
 		return 0, false
-	}, rp.Limit, equal, now)
+	}, rp.Limit, equal, now), true
 }
 
 // valueTarget is this replica's weight for hot value vp of per-value rule
@@ -160,9 +160,9 @@ func (c *Controller) apply(now time.Time) {
 			c.applyValues(r, now, mono)
 			continue
 		}
-		want := c.target(r, now)
+		want, usable := c.target(r, now)
 		c.shares[r.Identity] = want
-		c.aim(r.Group, want, now, mono, c.delayFor(c.usable(r, now) != nil))
+		c.aim(r.Group, want, now, mono, c.delayFor(usable))
 	}
 }
 
